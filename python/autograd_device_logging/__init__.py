@@ -1,0 +1,147 @@
+"""Autograd device logging for an installed PyTorch.
+
+Importing this package before ``torch`` loads ``libautograd_device_logging.so``
+into the global symbol scope, so that libtorch binds its patched
+``Engine::compute_dependencies``. From then on every backward pass is
+classified by the devices it spans, and PyTorch's once-per-process API-usage
+events ``torch.autograd.multidevice_backward`` and
+``torch.autograd.gpu_cpu_backward`` are emitted (``PYTORCH_API_USAGE_STDERR=1``
+prints them).
+
+``python -m autograd_device_logging script.py args...`` runs a script with the
+library active; ``python -m autograd_device_logging --check`` reports whether
+it is.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import sys
+import warnings
+from typing import FrozenSet, Optional
+
+__all__ = ["Status", "library_path", "status", "is_active", "check_report"]
+
+_LIBRARY_NAME = "libautograd_device_logging.so"
+_LIBRARY_ENV = "AUTOGRAD_DEVICE_LOGGING_LIBRARY"
+_EVENT_NAMES = {
+    1: "torch.autograd.multidevice_backward",
+    2: "torch.autograd.gpu_cpu_backward",
+}
+
+
+def library_path() -> str:
+    """Path of the library this package loads ($AUTOGRAD_DEVICE_LOGGING_LIBRARY
+    overrides the copy installed next to the package)."""
+    override = os.environ.get(_LIBRARY_ENV)
+    if override:
+        return override
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIBRARY_NAME)
+
+
+def _load(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path, mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+    lib.autograd_device_logging_hook_has_run.restype = ctypes.c_int
+    lib.autograd_device_logging_events_emitted.restype = ctypes.c_uint
+    lib.autograd_device_logging_nodes_inspected.restype = ctypes.c_uint64
+    for name in ("disabled_reason", "built_for_torch", "running_torch"):
+        getattr(lib, "autograd_device_logging_" + name).restype = ctypes.c_char_p
+    return lib
+
+
+_torch_was_imported_first = "torch" in sys.modules
+_lib = _load(library_path())
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    """What the library has done in this process."""
+
+    #: libtorch's Engine::execute has called the patched compute_dependencies.
+    active: bool
+    #: Events this library emitted (each at most once per process).
+    events_emitted: FrozenSet[str]
+    #: Nodes whose metadata the classifier read, summed over all passes.
+    nodes_inspected: int
+    #: Why the classifier is off (None while it is on).
+    disabled_reason: Optional[str]
+    #: torch version the library was compiled against, and the running one.
+    built_for_torch: str
+    running_torch: str
+    library_path: str
+
+
+def _decode(value: Optional[bytes]) -> Optional[str]:
+    return None if value is None else value.decode("utf-8", "replace")
+
+
+def status() -> Status:
+    """Reads the library's state without running anything."""
+    emitted = _lib.autograd_device_logging_events_emitted()
+    return Status(
+        active=bool(_lib.autograd_device_logging_hook_has_run()),
+        events_emitted=frozenset(
+            name for bit, name in _EVENT_NAMES.items() if emitted & bit
+        ),
+        nodes_inspected=int(_lib.autograd_device_logging_nodes_inspected()),
+        disabled_reason=_decode(_lib.autograd_device_logging_disabled_reason()),
+        built_for_torch=_decode(_lib.autograd_device_logging_built_for_torch()) or "",
+        running_torch=_decode(_lib.autograd_device_logging_running_torch()) or "",
+        library_path=library_path(),
+    )
+
+
+def is_active() -> bool:
+    """Whether libtorch calls the patched compute_dependencies.
+
+    If no backward pass has run yet, runs one on a one-element CPU tensor
+    (which binds libtorch's call the way the first real pass would).
+    """
+    if not _lib.autograd_device_logging_hook_has_run():
+        import torch
+
+        with torch.enable_grad():
+            torch.ones(1, requires_grad=True).sum().backward()
+    return bool(_lib.autograd_device_logging_hook_has_run())
+
+
+_NOT_ACTIVE_HINT = (
+    "Import autograd_device_logging before torch, or run the program with "
+    "`python -m autograd_device_logging script.py ...`."
+)
+
+
+def check_report() -> str:
+    """A human-readable report: active or not, versions, and why not."""
+    active = is_active()
+    s = status()
+    lines = [
+        f"library:          {s.library_path}",
+        f"built for torch:  {s.built_for_torch}",
+        f"running torch:    {s.running_torch or 'unknown'}",
+        f"active:           {'yes' if active and not s.disabled_reason else 'no'}",
+    ]
+    if s.disabled_reason:
+        lines.append(f"reason:           disabled: {s.disabled_reason}")
+    elif not active:
+        lines.append(
+            "reason:           libtorch's Engine::compute_dependencies was "
+            "already bound to its own definition (torch imported and a "
+            "backward run before this library was loaded). " + _NOT_ACTIVE_HINT
+        )
+    lines.append(
+        "events emitted:   " + (", ".join(sorted(s.events_emitted)) or "none")
+    )
+    return "\n".join(lines)
+
+
+if _torch_was_imported_first and not is_active():
+    warnings.warn(
+        "autograd_device_logging was imported after torch, and libtorch has "
+        "already bound Engine::compute_dependencies to its own definition: "
+        "backward passes in this process are not logged. " + _NOT_ACTIVE_HINT,
+        RuntimeWarning,
+        stacklevel=2,
+    )

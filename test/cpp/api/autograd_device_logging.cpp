@@ -1,0 +1,382 @@
+// Tests of the autograd device-logging patch: the classifier as a pure
+// function, the patched Engine::compute_dependencies on hand-made graphs, and
+// real backward passes through libtorch's Engine::execute.
+//
+// Events are once per process, so ctest runs every test in its own process
+// (gtest_discover_tests); none of them resets the library's state.
+
+#include "autograd_test_graphs.h"
+
+#include <torch/csrc/autograd/backward_device_classifier.h>
+#include <torch/csrc/autograd/device_logging.h>
+
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <vector>
+
+namespace torch::autograd::device_logging {
+namespace {
+
+using namespace testing;
+
+constexpr const char* kMulti = kMultiDeviceBackwardEventName;
+constexpr const char* kGpuCpu = kGpuCpuBackwardEventName;
+
+std::vector<const Node*> raw(const std::vector<NodePtr>& nodes) {
+  std::vector<const Node*> out;
+  for (const auto& node : nodes) {
+    out.push_back(node.get());
+  }
+  return out;
+}
+
+// --- routed_device -----------------------------------------------------------
+
+TEST(RoutedDevice, NodeWithoutInputMetadataIsIgnored) {
+  EXPECT_FALSE(routed_device(*make_node({})).has_value());
+}
+
+TEST(RoutedDevice, FirstNonCpuInputWins) {
+  EXPECT_EQ(routed_device(*make_node({cpu()})), cpu());
+  EXPECT_EQ(routed_device(*make_node({cuda(0)})), cuda(0));
+  EXPECT_EQ(routed_device(*make_node({cpu(), cuda(1)})), cuda(1));
+  EXPECT_EQ(routed_device(*make_node({cuda(1), cuda(0)})), cuda(1));
+  EXPECT_EQ(routed_device(*make_node({cpu(), xpu(0), cuda(0)})), xpu(0));
+}
+
+TEST(RoutedDevice, MetaAndLazyStayOnTheCpuQueue) {
+  EXPECT_EQ(routed_device(*make_node({meta()})), cpu());
+  EXPECT_EQ(routed_device(*make_node({lazy()})), cpu());
+  // meta is the first non-CPU input, so it routes the node, as in the engine.
+  EXPECT_EQ(routed_device(*make_node({meta(), cuda(0)})), cpu());
+  EXPECT_EQ(routed_device(*make_node({cpu(), cuda(0), meta()})), cuda(0));
+}
+
+TEST(RoutedDevice, UnusedInputPlaceholdersNeverRoute) {
+  auto node = make_node({});
+  node->add_input_metadata(Node::undefined_input());
+  node->add_input_metadata(Node::undefined_input());
+  EXPECT_EQ(routed_device(*node), cpu());
+  auto mixed = make_node({});
+  mixed->add_input_metadata(Node::undefined_input());
+  add_device_input(*mixed, cuda(1));
+  EXPECT_EQ(routed_device(*mixed), cuda(1));
+}
+
+// --- classify_backward_pass --------------------------------------------------
+
+uint8_t events_of(
+    std::initializer_list<std::initializer_list<c10::Device>> nodes,
+    uint8_t wanted = kAllBackwardDeviceEvents) {
+  std::vector<NodePtr> owned;
+  for (const auto& devices : nodes) {
+    owned.push_back(make_node(devices));
+  }
+  return classify_backward_pass(nullptr, raw(owned), wanted).events();
+}
+
+TEST(ClassifyBackwardPass, CpuOnlyDecidesNothing) {
+  EXPECT_EQ(events_of({{cpu()}, {cpu(), cpu()}, {}}), kNoBackwardDeviceEvent);
+}
+
+TEST(ClassifyBackwardPass, OneAcceleratorWithoutCpuNodesDecidesNothing) {
+  EXPECT_EQ(events_of({{cuda(0)}, {cuda(0), cpu()}, {}}), kNoBackwardDeviceEvent);
+}
+
+TEST(ClassifyBackwardPass, MetaAndLazyCountAsCpu) {
+  EXPECT_EQ(events_of({{meta()}, {cpu()}, {lazy()}}), kNoBackwardDeviceEvent);
+  EXPECT_EQ(events_of({{cuda(0)}, {meta()}}), kGpuCpuBackward);
+}
+
+TEST(ClassifyBackwardPass, AcceleratorAndCpuIsGpuCpu) {
+  EXPECT_EQ(events_of({{cuda(0)}, {cpu()}}), kGpuCpuBackward);
+  EXPECT_EQ(events_of({{xpu(0)}, {cpu()}}), kGpuCpuBackward);
+}
+
+TEST(ClassifyBackwardPass, DistinctDevicesAreTypeAndIndex) {
+  EXPECT_EQ(events_of({{cuda(0)}, {cuda(1)}}), kMultiDeviceBackward);
+  EXPECT_EQ(events_of({{cuda(0)}, {xpu(0)}}), kMultiDeviceBackward);
+  EXPECT_EQ(events_of({{cuda(1)}, {cuda(1)}}), kNoBackwardDeviceEvent);
+}
+
+TEST(ClassifyBackwardPass, TwoAcceleratorsAndCpuDecideBoth) {
+  EXPECT_EQ(
+      events_of({{cuda(0)}, {cuda(1)}, {cpu()}}), kAllBackwardDeviceEvents);
+}
+
+TEST(ClassifyBackwardPass, DecisionDoesNotDependOnOrder) {
+  std::vector<NodePtr> owned = {
+      make_node({cpu()}),
+      make_node({cuda(0)}),
+      make_node({}),
+      make_node({meta()}),
+      make_node({cuda(0), cpu()}),
+      make_node({xpu(1)})};
+  std::vector<const Node*> order = raw(owned);
+  std::sort(order.begin(), order.end());
+  size_t permutations = 0;
+  do {
+    for (uint8_t wanted = 0; wanted <= kAllBackwardDeviceEvents; ++wanted) {
+      const uint8_t events = classify_backward_pass(nullptr, order, wanted).events();
+      ASSERT_EQ(events & wanted, kAllBackwardDeviceEvents & wanted);
+    }
+    ++permutations;
+  } while (std::next_permutation(order.begin(), order.end()));
+  EXPECT_EQ(permutations, 720u);
+}
+
+TEST(ClassifyBackwardPass, StopsOnceEveryWantedEventIsDecided) {
+  std::vector<NodePtr> owned = {make_node({cuda(0)}), make_node({cpu()})};
+  for (int i = 0; i < 50; ++i) {
+    owned.push_back(make_node({cpu()}));
+  }
+  const auto nodes = raw(owned);
+  EXPECT_EQ(classify_backward_pass(nullptr, nodes, kGpuCpuBackward).nodes_inspected, 2u);
+  // The multi-device question stays open on CPU nodes: every node is read.
+  EXPECT_EQ(
+      classify_backward_pass(nullptr, nodes, kMultiDeviceBackward).nodes_inspected,
+      nodes.size());
+  EXPECT_EQ(
+      classify_backward_pass(nullptr, nodes, kNoBackwardDeviceEvent).nodes_inspected,
+      0u);
+}
+
+TEST(ClassifyBackwardPass, RootIsReadOnceWhetherOrNotInTheSet) {
+  auto root = make_node({cuda(0)});
+  auto other = make_node({cpu()});
+  const std::vector<const Node*> without_root = {other.get()};
+  const std::vector<const Node*> with_root = {other.get(), root.get()};
+  const auto a =
+      classify_backward_pass(root.get(), without_root, kMultiDeviceBackward);
+  const auto b =
+      classify_backward_pass(root.get(), with_root, kMultiDeviceBackward);
+  EXPECT_EQ(a.nodes_inspected, 2u);
+  EXPECT_EQ(b.nodes_inspected, 2u);
+  EXPECT_EQ(a.events(), kGpuCpuBackward);
+  EXPECT_EQ(b.events(), kGpuCpuBackward);
+}
+
+// --- The patched compute_dependencies on hand-made graphs ---------------------
+
+// Runs the bound compute_dependencies on a star: root -> each listed node.
+void run_star_pass(
+    std::initializer_list<c10::Device> root_devices,
+    std::initializer_list<std::initializer_list<c10::Device>> children) {
+  NodePtr root = make_node(root_devices);
+  std::vector<NodePtr> owned;
+  for (const auto& devices : children) {
+    owned.push_back(make_node(devices));
+    connect(root, owned.back());
+  }
+  auto task = make_graph_task(root.get());
+  run_bound_compute_dependencies(root.get(), *task);
+}
+
+TEST(PatchedComputeDependencies, IsTheDefinitionLibtorchBinds) {
+  EXPECT_NE(
+      bound_compute_dependencies_path().find("libautograd_device_logging"),
+      std::string::npos)
+      << bound_compute_dependencies_path();
+  const DeviceLoggingStatus status = device_logging_status();
+  EXPECT_EQ(status.disabled_reason, "");
+  EXPECT_EQ(status.built_for_torch, status.running_torch);
+}
+
+TEST(PatchedComputeDependencies, KeepsLibtorchsDependencyWalk) {
+  register_two_test_devices();
+  // a -> b -> d, a -> c -> d: d has two dependencies.
+  auto a = make_node({cuda(0)});
+  auto b = make_node({cuda(0)});
+  auto c = make_node({cpu()});
+  auto d = make_node({cuda(1)});
+  connect(b, d);
+  connect(c, d);
+  connect(a, b);
+  connect(a, c);
+  auto task = make_graph_task(a.get());
+  run_bound_compute_dependencies(a.get(), *task);
+  EXPECT_EQ(task->dependencies_.at(b.get()), 1);
+  EXPECT_EQ(task->dependencies_.at(c.get()), 1);
+  EXPECT_EQ(task->dependencies_.at(d.get()), 2);
+  EXPECT_EQ(task->nodes_in_graph_.count(d.get()), 1u);
+  EXPECT_TRUE(device_logging_status().hook_has_run);
+}
+
+TEST(PatchedComputeDependencies, CpuOnlyPassEmitsNothing) {
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  run_star_pass({cpu()}, {{cpu()}, {cpu(), cpu()}, {}});
+  EXPECT_TRUE(recorder.events().empty());
+  EXPECT_EQ(device_logging_status().events_emitted, 0);
+  EXPECT_EQ(device_logging_status().nodes_inspected, 4u);
+}
+
+TEST(PatchedComputeDependencies, OneAcceleratorWithoutCpuEmitsNothing) {
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  run_star_pass({cuda(0)}, {{cuda(0)}, {cuda(0), cpu()}});
+  EXPECT_TRUE(recorder.events().empty());
+}
+
+TEST(PatchedComputeDependencies, MetaPlusCpuEmitsNothing) {
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  run_star_pass({meta()}, {{cpu()}, {meta()}, {lazy()}});
+  EXPECT_TRUE(recorder.events().empty());
+}
+
+TEST(PatchedComputeDependencies, AcceleratorAndCpuEmitGpuCpuOnly) {
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  run_star_pass({cuda(0)}, {{cpu()}});
+  EXPECT_EQ(recorder.events(), std::vector<std::string>{kGpuCpu});
+}
+
+TEST(PatchedComputeDependencies, TwoAcceleratorsEmitMultideviceOnly) {
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  run_star_pass({cuda(0)}, {{cuda(1)}, {cuda(1), cpu()}});
+  EXPECT_EQ(recorder.events(), std::vector<std::string>{kMulti});
+}
+
+TEST(PatchedComputeDependencies, TwoAcceleratorsAndCpuEmitBothInOnePass) {
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  run_star_pass({cpu()}, {{xpu(0)}, {cuda(1)}});
+  EXPECT_EQ(recorder.count(kMulti), 1u);
+  EXPECT_EQ(recorder.count(kGpuCpu), 1u);
+  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+}
+
+TEST(PatchedComputeDependencies, RepeatedPassesEmitEachEventOnce) {
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  for (int i = 0; i < 20; ++i) {
+    run_star_pass({cuda(0)}, {{cpu()}});
+    run_star_pass({cuda(0)}, {{cuda(1)}});
+    run_star_pass({cpu()}, {{cuda(0)}, {cuda(1)}});
+  }
+  EXPECT_EQ(recorder.count(kMulti), 1u);
+  EXPECT_EQ(recorder.count(kGpuCpu), 1u);
+  EXPECT_EQ(recorder.events().size(), 2u);
+}
+
+TEST(PatchedComputeDependencies, AfterBothFiredNoNodeIsInspected) {
+  register_two_test_devices();
+  run_star_pass({cpu()}, {{cuda(0)}, {cuda(1)}});
+  ASSERT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  const uint64_t inspected = device_logging_status().nodes_inspected;
+  for (int i = 0; i < 100; ++i) {
+    run_star_pass({cpu()}, {{cuda(0)}, {cuda(1)}, {cpu()}, {xpu(0)}});
+  }
+  EXPECT_EQ(device_logging_status().nodes_inspected, inspected);
+}
+
+TEST(PatchedComputeDependencies, AfterOneFiredOnlyTheOtherIsPursued) {
+  register_two_test_devices();
+  // Fire gpu_cpu only.
+  run_star_pass({cuda(0)}, {{cpu()}});
+  ASSERT_EQ(device_logging_status().events_emitted, kGpuCpuBackward);
+  // Root on cuda:0 and 30 CPU nodes: gpu_cpu would be decided after two
+  // nodes, but only multidevice is pending, so every node is read.
+  std::initializer_list<c10::Device> cpu_node = {cpu()};
+  const uint64_t before = device_logging_status().nodes_inspected;
+  run_star_pass({cuda(0)}, {cpu_node, cpu_node, cpu_node, cpu_node, cpu_node,
+                            cpu_node, cpu_node, cpu_node, cpu_node, cpu_node});
+  EXPECT_EQ(device_logging_status().nodes_inspected - before, 11u);
+  // A second accelerator decides it.
+  run_star_pass({cuda(0)}, {{cuda(1)}});
+  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+}
+
+TEST(PatchedComputeDependencies, InsideAPassReadingStopsWhenDecided) {
+  register_two_test_devices();
+  // Fire multidevice only.
+  run_star_pass({cuda(0)}, {{cuda(1)}});
+  ASSERT_EQ(device_logging_status().events_emitted, kMultiDeviceBackward);
+  const uint64_t before = device_logging_status().nodes_inspected;
+  // Root on cuda:0 with 10 CPU children: the root and whichever child comes
+  // first decide gpu_cpu.
+  std::initializer_list<c10::Device> cpu_node = {cpu()};
+  run_star_pass({cuda(0)}, {cpu_node, cpu_node, cpu_node, cpu_node, cpu_node,
+                            cpu_node, cpu_node, cpu_node, cpu_node, cpu_node});
+  EXPECT_EQ(device_logging_status().nodes_inspected - before, 2u);
+  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+}
+
+TEST(PatchedComputeDependencies, MinTopoNrPruningIsRespected) {
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  // root(cuda:0) -> x(cuda:0) -> y(cuda:1); topological_nr: y 0, x 1, root 2.
+  auto root = make_node({cuda(0)});
+  auto x = make_node({cuda(0)});
+  auto y = make_node({cuda(1)});
+  connect(x, y);
+  connect(root, x);
+  ASSERT_EQ(root->topological_nr(), 2u);
+  auto pruned = make_graph_task(root.get());
+  run_bound_compute_dependencies(root.get(), *pruned, /*min_topo_nr=*/2);
+  // The walk reached x but did not expand it, so y is not part of the pass.
+  ASSERT_EQ(pruned->nodes_in_graph_.count(x.get()), 1u);
+  ASSERT_EQ(pruned->nodes_in_graph_.count(y.get()), 0u);
+  EXPECT_TRUE(recorder.events().empty());
+  auto full = make_graph_task(root.get());
+  run_bound_compute_dependencies(root.get(), *full, /*min_topo_nr=*/0);
+  EXPECT_EQ(recorder.events(), std::vector<std::string>{kMulti});
+}
+
+TEST(PatchedComputeDependencies, NoAcceleratorInProcessMeansNoInspection) {
+  // No device guard reports a device here (no register_two_test_devices()),
+  // so even metadata naming two accelerators and the CPU is not read: no
+  // real pass in this process could be routed to a device thread.
+  ApiUsageRecorder recorder;
+  for (int i = 0; i < 10; ++i) {
+    run_star_pass({cpu()}, {{cuda(0)}, {cuda(1)}});
+  }
+  EXPECT_TRUE(recorder.events().empty());
+  EXPECT_EQ(device_logging_status().nodes_inspected, 0u);
+  EXPECT_TRUE(device_logging_status().hook_has_run);
+}
+
+// --- Real backward passes through libtorch's Engine::execute ---------------
+
+TEST(RealBackward, CpuGradientsAreExactAndNothingIsLogged) {
+  ApiUsageRecorder recorder;
+  torch::manual_seed(0);
+  auto x = torch::randn({4, 3}, torch::requires_grad());
+  auto w = torch::randn({3, 5}, torch::requires_grad());
+  auto loss = torch::tanh(torch::mm(x, w)).pow(2).sum();
+  loss.backward();
+  // The same gradients written out with forward ops only.
+  auto h = torch::tanh(torch::mm(x.detach(), w.detach()));
+  auto grad_pre = 2 * h * (1 - h * h);
+  EXPECT_TRUE(torch::allclose(x.grad(), torch::mm(grad_pre, w.detach().t())));
+  EXPECT_TRUE(torch::allclose(w.grad(), torch::mm(x.detach().t(), grad_pre)));
+  // And bitwise against torch::autograd::grad of the same graph.
+  auto again = torch::tanh(torch::mm(x, w)).pow(2).sum();
+  auto grads = torch::autograd::grad({again}, {x, w});
+  EXPECT_TRUE(torch::equal(grads[0], x.grad()));
+  EXPECT_TRUE(torch::equal(grads[1], w.grad()));
+
+  const DeviceLoggingStatus status = device_logging_status();
+  EXPECT_TRUE(status.hook_has_run) << "libtorch did not call the patch";
+  EXPECT_EQ(status.events_emitted, 0);
+  EXPECT_TRUE(recorder.events().empty());
+}
+
+TEST(RealBackward, CpuPassWithTestDevicesRegisteredIsInspectedButSilent) {
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  auto x = torch::ones({2}, torch::requires_grad());
+  (x * 3).sum().backward();
+  EXPECT_TRUE(torch::equal(x.grad(), torch::full({2}, 3.0)));
+  EXPECT_GT(device_logging_status().nodes_inspected, 0u);
+  EXPECT_TRUE(recorder.events().empty());
+}
+
+} // namespace
+} // namespace torch::autograd::device_logging

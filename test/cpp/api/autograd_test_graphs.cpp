@@ -1,0 +1,223 @@
+#include "autograd_test_graphs.h"
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Logging.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+#include <type_traits>
+
+namespace torch::autograd {
+
+namespace utils {
+// libtorch does not export DelayWarningHandler's key function, so its vtable
+// (needed by every GraphTask, whose warning_handler_ it is) is emitted here.
+// GraphTasks made by the tests are never executed and record no warnings.
+void DelayWarningHandler::process(const c10::Warning& warning) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  warnings_.push_back(warning);
+}
+} // namespace utils
+
+// libtorch defines GraphTask's constructor in engine.cpp without exporting
+// it; this definition, local to the test library, initializes the members
+// compute_dependencies and the classifier use the way the engine does.
+GraphTask::GraphTask(
+    bool keep_graph,
+    bool /*grad_mode*/,
+    int reentrant_depth,
+    std::shared_ptr<ReadyQueue> cpu_ready_queue,
+    c10::SmallVector<Node*, 4> graph_roots,
+    bool exit_on_error)
+    : keep_graph_(keep_graph),
+      graph_roots_(std::move(graph_roots)),
+      owner_(NO_DEVICE),
+      reentrant_depth_(reentrant_depth),
+      exit_on_error_(exit_on_error),
+      cpu_ready_queue_(std::move(cpu_ready_queue)),
+      id_(0) {}
+
+namespace device_logging::testing {
+
+namespace {
+// A device guard that serves metadata, not devices: it hands out default
+// streams (InputMetadata asks for one) and reports `count` devices. No guard
+// is ever taken on a test node.
+struct FakeDeviceGuardImpl final : c10::impl::DeviceGuardImplInterface {
+  FakeDeviceGuardImpl(c10::DeviceType type, c10::DeviceIndex count)
+      : type_(type), count_(count) {}
+  c10::DeviceType type() const override {
+    return type_;
+  }
+  c10::Device exchangeDevice(c10::Device device) const override {
+    return device;
+  }
+  c10::Device getDevice() const override {
+    return c10::Device(type_, 0);
+  }
+  void setDevice(c10::Device /*device*/) const override {}
+  void uncheckedSetDevice(c10::Device /*device*/) const noexcept override {}
+  c10::Stream getStream(c10::Device device) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, device);
+  }
+  c10::Stream exchangeStream(c10::Stream stream) const noexcept override {
+    return stream;
+  }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return count_;
+  }
+
+ private:
+  c10::DeviceType type_;
+  c10::DeviceIndex count_;
+};
+
+// Metadata naming CUDA or XPU devices needs a guard for the type, which a
+// CPU-only process lacks (and a real one would reject devices it does not
+// have). These report no devices, so by themselves they leave the process
+// without accelerators.
+void register_metadata_only_devices() {
+  static const bool registered = [] {
+    for (const auto type : {c10::DeviceType::CUDA, c10::DeviceType::XPU}) {
+      c10::impl::registerDeviceGuard(type, new FakeDeviceGuardImpl(type, 0));
+    }
+    return true;
+  }();
+  (void)registered;
+}
+} // namespace
+
+DeviceTestNode::DeviceTestNode(std::initializer_list<c10::Device> devices) {
+  for (const c10::Device& device : devices) {
+    add_device_input(*this, device);
+  }
+}
+
+void add_device_input(Node& node, c10::Device device) {
+  register_metadata_only_devices();
+  const c10::SymInt one(1);
+  node.add_input_metadata(
+      at::TensorOptions().device(device).dtype(at::kFloat),
+      c10::SymIntArrayRef(&one, 1),
+      /*is_tensor_subclass=*/false,
+      /*is_nested=*/false,
+      /*grad_dtype=*/std::nullopt);
+}
+
+variable_list DeviceTestNode::apply(variable_list&& /*grads*/) {
+  throw std::logic_error("DeviceTestNode is never executed");
+}
+
+namespace {
+template <typename Ptr>
+Ptr make_device_test_node(std::initializer_list<c10::Device> input_devices) {
+  if constexpr (std::is_same_v<Ptr, std::shared_ptr<Node>>) {
+    return std::make_shared<DeviceTestNode>(input_devices);
+  } else {
+    return c10::make_intrusive<DeviceTestNode>(input_devices);
+  }
+}
+} // namespace
+
+NodePtr make_node(std::initializer_list<c10::Device> input_devices) {
+  register_metadata_only_devices();
+  return make_device_test_node<NodePtr>(input_devices);
+}
+
+void connect(const NodePtr& parent, const NodePtr& child) {
+  parent->add_next_edge(Edge(child, 0));
+}
+
+std::unique_ptr<GraphTask> make_graph_task(Node* root) {
+  return std::make_unique<GraphTask>(
+      /*keep_graph=*/true,
+      /*grad_mode=*/false,
+      /*reentrant_depth=*/0,
+      /*cpu_ready_queue=*/nullptr,
+      c10::SmallVector<Node*, 4>{root});
+}
+
+namespace {
+constexpr const char* kSymbol =
+    "_ZN5torch8autograd6Engine20compute_dependenciesEPNS0_4NodeERNS0_9GraphTaskEm";
+
+void* bound_compute_dependencies() {
+  void* fn = dlsym(RTLD_DEFAULT, kSymbol);
+  if (fn == nullptr) {
+    throw std::runtime_error("Engine::compute_dependencies not found");
+  }
+  return fn;
+}
+} // namespace
+
+void run_bound_compute_dependencies(
+    Node* root,
+    GraphTask& task,
+    uint64_t min_topo_nr) {
+  const auto fn =
+      reinterpret_cast<ComputeDependenciesFn>(bound_compute_dependencies());
+  fn(&Engine::get_default_engine(), root, task, min_topo_nr);
+}
+
+std::string bound_compute_dependencies_path() {
+  Dl_info info{};
+  if (dladdr(bound_compute_dependencies(), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return {};
+  }
+  return info.dli_fname;
+}
+
+void register_two_test_devices() {
+  static FakeDeviceGuardImpl impl(c10::DeviceType::PrivateUse1, 2);
+  c10::impl::registerDeviceGuard(c10::DeviceType::PrivateUse1, &impl);
+}
+
+namespace {
+std::mutex recorder_mutex;
+std::vector<std::string>& recorded_events() {
+  static std::vector<std::string> events;
+  return events;
+}
+} // namespace
+
+ApiUsageRecorder::ApiUsageRecorder(std::string prefix) {
+  c10::SetAPIUsageLogger([prefix](const std::string& event) {
+    if (event.rfind(prefix, 0) == 0) {
+      std::lock_guard<std::mutex> lock(recorder_mutex);
+      recorded_events().push_back(event);
+    }
+  });
+}
+
+std::vector<std::string> ApiUsageRecorder::events() const {
+  std::lock_guard<std::mutex> lock(recorder_mutex);
+  return recorded_events();
+}
+
+size_t ApiUsageRecorder::count(const std::string& event) const {
+  const auto all = events();
+  return static_cast<size_t>(std::count(all.begin(), all.end(), event));
+}
+
+c10::Device cpu() {
+  return c10::Device(c10::DeviceType::CPU);
+}
+c10::Device cuda(c10::DeviceIndex index) {
+  return c10::Device(c10::DeviceType::CUDA, index);
+}
+c10::Device xpu(c10::DeviceIndex index) {
+  return c10::Device(c10::DeviceType::XPU, index);
+}
+c10::Device meta() {
+  return c10::Device(c10::DeviceType::Meta);
+}
+c10::Device lazy() {
+  return c10::Device(c10::DeviceType::Lazy);
+}
+
+} // namespace device_logging::testing
+} // namespace torch::autograd

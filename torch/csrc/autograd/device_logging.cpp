@@ -1,0 +1,319 @@
+// State, activation checks and the per-pass entry point of the autograd
+// device-logging patch. The engine seam itself is in engine.cpp.
+
+#include <torch/csrc/autograd/engine.h>
+
+#include <torch/csrc/autograd/backward_device_classifier.h>
+#include <torch/csrc/autograd/graph_task.h>
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+#include <caffe2/core/common.h>
+#include <torch/version.h>
+
+#include <dlfcn.h>
+
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#ifdef AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH_OVERRIDE
+// Test builds pretend to be built for another torch to exercise the mismatch
+// path without a second torch installation.
+#define AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH \
+  AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH_OVERRIDE
+#else
+#define AUTOGRAD_DEVICE_LOGGING_STRINGIFY_(x) #x
+#define AUTOGRAD_DEVICE_LOGGING_STRINGIFY(x) \
+  AUTOGRAD_DEVICE_LOGGING_STRINGIFY_(x)
+#define AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH            \
+  AUTOGRAD_DEVICE_LOGGING_STRINGIFY(TORCH_VERSION_MAJOR)   \
+  "." AUTOGRAD_DEVICE_LOGGING_STRINGIFY(TORCH_VERSION_MINOR) \
+  "." AUTOGRAD_DEVICE_LOGGING_STRINGIFY(TORCH_VERSION_PATCH)
+#endif
+
+namespace torch::autograd::device_logging {
+namespace {
+
+// Itanium mangling of
+// torch::autograd::Engine::compute_dependencies(Node*, GraphTask&, uint64_t);
+// engine.cpp pins the member function's type with a static_assert so that
+// this name cannot drift from the definition it names.
+constexpr const char* kComputeDependenciesSymbol =
+    "_ZN5torch8autograd6Engine20compute_dependenciesEPNS0_4NodeERNS0_9GraphTaskEm";
+
+// Note [Device logging state]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// `events_done` holds one bit per BackwardDeviceEvent that needs no further
+// inspection: the event was emitted, or the library is disabled (then both
+// bits are set). Every pass starts with one relaxed load of it; once it holds
+// both bits, the pass inspects nothing. Relaxed ordering is enough: a pass
+// that reads a stale value merely inspects nodes once more and then loses the
+// fetch_or race, which still emits each event exactly once.
+std::atomic<uint8_t> events_done{0};
+std::atomic<uint8_t> events_emitted{0};
+std::atomic<bool> hook_has_run{false};
+std::atomic<uint64_t> nodes_inspected{0};
+// Set once, before `events_done` is filled by disable(); never freed.
+std::atomic<const char*> disabled_reason{nullptr};
+
+// Emits warnings to stderr through c10's default handler even when a thread
+// local handler (Python's, which may turn warnings into errors) is installed:
+// a message from this library must never fail a backward pass.
+void warn_once_to_stderr(const std::string& message) noexcept {
+  try {
+    static c10::WarningHandler stderr_handler;
+    c10::WarningUtils::WarningHandlerGuard guard(&stderr_handler);
+    TORCH_WARN_ONCE(message);
+  } catch (...) {
+  }
+}
+
+void disable(const std::string& reason) noexcept {
+  try {
+    const std::string* owned = new std::string(reason);
+    const char* expected = nullptr;
+    if (!disabled_reason.compare_exchange_strong(expected, owned->c_str())) {
+      delete owned;
+      return;
+    }
+    events_done.fetch_or(kAllBackwardDeviceEvents, std::memory_order_release);
+    warn_once_to_stderr(
+        "autograd_device_logging is disabled: " + reason +
+        " Backward passes are unaffected; only the device logging is off.");
+  } catch (...) {
+    events_done.fetch_or(kAllBackwardDeviceEvents, std::memory_order_release);
+  }
+}
+
+// Path of the loaded object that contains `address`, or "" if none does.
+std::string object_path_of(const void* address) {
+  Dl_info info{};
+  if (address == nullptr || dladdr(address, &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return {};
+  }
+  return info.dli_fname;
+}
+
+const std::string& this_library_path() {
+  static const std::string path =
+      object_path_of(reinterpret_cast<const void*>(&disable));
+  return path;
+}
+
+// Note [Finding libtorch's compute_dependencies]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The patched definition forwards to the next definition in lookup order
+// (dlsym(RTLD_NEXT)), the usual interposition idiom, which also lets another
+// interposer stack with this one. When this library is not ahead of libtorch
+// in the lookup order (loaded late, or into a local scope), RTLD_NEXT can
+// miss; then the definition is taken from libtorch_cpu's own handle, found
+// through an address known to be inside it.
+ComputeDependenciesFn resolve_libtorch_compute_dependencies() noexcept {
+  void* next = dlsym(RTLD_NEXT, kComputeDependenciesSymbol);
+  if (next != nullptr && object_path_of(next) != this_library_path()) {
+    return reinterpret_cast<ComputeDependenciesFn>(next);
+  }
+  const std::string libtorch_cpu = object_path_of(
+      reinterpret_cast<const void*>(&Engine::get_default_engine));
+  if (libtorch_cpu.empty()) {
+    return nullptr;
+  }
+  void* handle = dlopen(libtorch_cpu.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) {
+    return nullptr;
+  }
+  // A handle lookup searches the object itself first, i.e. libtorch_cpu's
+  // own definition. The handle stays open: libtorch_cpu outlives us anyway.
+  void* own = dlsym(handle, kComputeDependenciesSymbol);
+  return own == nullptr
+      ? nullptr
+      : reinterpret_cast<ComputeDependenciesFn>(own);
+}
+
+// "major.minor.patch" of the running libtorch, from its build options.
+std::string running_torch_version() {
+  try {
+    const auto& options = caffe2::GetBuildOptions();
+    const auto it = options.find("TORCH_VERSION");
+    if (it == options.end()) {
+      return {};
+    }
+    const std::string& full = it->second;
+    return full.substr(0, full.find_first_not_of("0123456789."));
+  } catch (...) {
+    return {};
+  }
+}
+
+// Note [Which libtorch this library may inspect]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The classifier reads GraphTask::nodes_in_graph_ and Node's input metadata
+// through the layouts of the headers it was compiled with. Another libtorch
+// release may lay them out differently, so anything but the same
+// major.minor.patch disables the classifier; the forwarding to libtorch's
+// own compute_dependencies needs no layout and keeps working. Builds against
+// a torch that logs these events itself are refused at compile time
+// (engine.cpp), and such a torch never matches a supported build here.
+void check_at_load() noexcept {
+  try {
+    if (libtorch_compute_dependencies() == nullptr) {
+      disable(
+          "libtorch's torch::autograd::Engine::compute_dependencies was not "
+          "found.");
+      return;
+    }
+    const std::string built = AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH;
+    const std::string running = running_torch_version();
+    if (running != built) {
+      disable(
+          "it was built for torch " + built + " but this process runs torch " +
+          (running.empty() ? std::string("of unknown version") : running) +
+          ". Rebuild it against the installed torch.");
+      return;
+    }
+    void* first = dlsym(RTLD_DEFAULT, kComputeDependenciesSymbol);
+    const std::string first_path = object_path_of(first);
+    if (first != nullptr && first_path != this_library_path()) {
+      warn_once_to_stderr(
+          "autograd_device_logging is loaded, but the first "
+          "Engine::compute_dependencies in lookup order is the one in " +
+          first_path +
+          ", so backward passes will not be logged. Link "
+          "autograd_device_logging before torch (C++), or import "
+          "autograd_device_logging before torch (Python).");
+    }
+  } catch (...) {
+    disable("its load-time checks failed.");
+  }
+}
+
+// Runs the checks when the dynamic linker initializes this library, i.e.
+// after libtorch (a dependency) is initialized and before any backward pass
+// in a program that links it.
+[[maybe_unused]] const bool checked_at_load = (check_at_load(), true);
+
+// Note [Skipping processes without accelerators]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A node can only be routed to an accelerator's ready queue if a device guard
+// implementation for that type reports at least one device: the engine sizes
+// its device queues from exactly these counts and cannot run such a node
+// otherwise. So when no registered non-CPU-queue device type reports a device,
+// neither event can fire and the pass needs no inspection. The scan is a
+// fixed number of atomic loads plus one virtual call per registered backend
+// (CUDA's count is cached by c10), i.e. O(1) per pass, and it is not cached
+// across passes because a backend may register itself later (a Python import
+// or dlopen of an out-of-tree device).
+bool process_has_accelerator_devices() noexcept {
+  for (size_t i = 0; i < c10::impl::device_guard_impl_registry.size(); ++i) {
+    const auto type = static_cast<c10::DeviceType>(i);
+    if (runs_on_cpu_ready_queue(type)) {
+      continue;
+    }
+    const c10::impl::DeviceGuardImplInterface* impl =
+        c10::impl::device_guard_impl_registry[i].load(
+            std::memory_order_relaxed);
+    if (impl != nullptr && impl->deviceCount() > 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void emit(uint8_t decided) {
+  const uint8_t newly =
+      decided & ~events_done.fetch_or(decided, std::memory_order_relaxed);
+  if (newly == kNoBackwardDeviceEvent) {
+    return;
+  }
+  events_emitted.fetch_or(newly, std::memory_order_relaxed);
+  if (newly & kMultiDeviceBackward) {
+    C10_LOG_API_USAGE_ONCE(kMultiDeviceBackwardEventName);
+  }
+  if (newly & kGpuCpuBackward) {
+    C10_LOG_API_USAGE_ONCE(kGpuCpuBackwardEventName);
+  }
+}
+
+} // namespace
+
+ComputeDependenciesFn libtorch_compute_dependencies() noexcept {
+  static const ComputeDependenciesFn fn =
+      resolve_libtorch_compute_dependencies();
+  return fn;
+}
+
+void log_backward_devices(const Node* root, const GraphTask& task) noexcept {
+  if (!hook_has_run.load(std::memory_order_relaxed)) {
+    hook_has_run.store(true, std::memory_order_relaxed);
+  }
+  const uint8_t pending = kAllBackwardDeviceEvents &
+      ~events_done.load(std::memory_order_relaxed);
+  if (pending == kNoBackwardDeviceEvent) {
+    return;
+  }
+  if (!process_has_accelerator_devices()) {
+    return;
+  }
+  try {
+    const PassDeviceSummary summary =
+        classify_backward_pass(root, task.nodes_in_graph_, pending);
+    nodes_inspected.fetch_add(
+        summary.nodes_inspected, std::memory_order_relaxed);
+    emit(summary.events() & pending);
+  } catch (const std::exception& e) {
+    disable(std::string("classifying a backward pass failed: ") + e.what());
+  } catch (...) {
+    disable("classifying a backward pass failed.");
+  }
+}
+
+DeviceLoggingStatus device_logging_status() {
+  DeviceLoggingStatus status;
+  status.hook_has_run = hook_has_run.load(std::memory_order_relaxed);
+  status.events_emitted = events_emitted.load(std::memory_order_relaxed);
+  status.nodes_inspected = nodes_inspected.load(std::memory_order_relaxed);
+  if (const char* reason = disabled_reason.load(std::memory_order_acquire)) {
+    status.disabled_reason = reason;
+  }
+  status.built_for_torch = AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH;
+  status.running_torch = running_torch_version();
+  return status;
+}
+
+} // namespace torch::autograd::device_logging
+
+namespace device_logging = torch::autograd::device_logging;
+
+extern "C" {
+
+int autograd_device_logging_hook_has_run(void) {
+  return device_logging::device_logging_status().hook_has_run ? 1 : 0;
+}
+
+unsigned autograd_device_logging_events_emitted(void) {
+  return device_logging::device_logging_status().events_emitted;
+}
+
+uint64_t autograd_device_logging_nodes_inspected(void) {
+  return device_logging::device_logging_status().nodes_inspected;
+}
+
+const char* autograd_device_logging_disabled_reason(void) {
+  return device_logging::disabled_reason.load(std::memory_order_acquire);
+}
+
+const char* autograd_device_logging_built_for_torch(void) {
+  return AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH;
+}
+
+const char* autograd_device_logging_running_torch(void) {
+  static const std::string running = device_logging::running_torch_version();
+  return running.c_str();
+}
+
+} // extern "C"

@@ -1,0 +1,45 @@
+#pragma once
+
+// Introspection API of the autograd device-logging patch: whether the patched
+// Engine::compute_dependencies is the one libtorch runs, what it has logged,
+// and why it is disabled if it is. A C ABI mirror (for ctypes) is declared at
+// the bottom.
+
+#include <cstdint>
+#include <string>
+
+// The library is built with hidden visibility; this marks its public API.
+#define AUTOGRAD_DEVICE_LOGGING_API __attribute__((visibility("default")))
+
+namespace torch::autograd::device_logging {
+
+struct DeviceLoggingStatus {
+  // The patched compute_dependencies has run at least once in this process,
+  // i.e. libtorch's Engine::execute is bound to it.
+  bool hook_has_run = false;
+  // BackwardDeviceEvent bits this library has emitted.
+  uint8_t events_emitted = 0;
+  // Nodes whose metadata the classifier has read, summed over all passes.
+  uint64_t nodes_inspected = 0;
+  // Empty while the classifier is enabled.
+  std::string disabled_reason;
+  // "major.minor.patch" of the torch headers the library was compiled with.
+  std::string built_for_torch;
+  // "major.minor.patch" of the libtorch running in this process, or empty if
+  // libtorch does not say.
+  std::string running_torch;
+};
+
+AUTOGRAD_DEVICE_LOGGING_API DeviceLoggingStatus device_logging_status();
+
+} // namespace torch::autograd::device_logging
+
+extern "C" {
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_hook_has_run(void);
+AUTOGRAD_DEVICE_LOGGING_API unsigned autograd_device_logging_events_emitted(void);
+AUTOGRAD_DEVICE_LOGGING_API uint64_t autograd_device_logging_nodes_inspected(void);
+// nullptr while enabled.
+AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_disabled_reason(void);
+AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_built_for_torch(void);
+AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_running_torch(void);
+}

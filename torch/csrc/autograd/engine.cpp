@@ -1,0 +1,62 @@
+// The autograd device-logging patch's seam in the engine: a drop-in
+// Engine::compute_dependencies that leaves the dependency computation to the
+// installed libtorch and then classifies the pass by the devices it spans.
+//
+// Note [Replacing compute_dependencies by interposition]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Engine::execute, in libtorch_cpu, calls Engine::compute_dependencies through
+// its PLT, so the dynamic linker binds the call to the first definition in
+// lookup order. A library defining the same symbol that comes before
+// libtorch_cpu in that order (linked ahead of torch, LD_PRELOADed, or dlopened
+// with RTLD_GLOBAL before libtorch binds the call) therefore replaces it for
+// every backward pass in the process, with no rebuild of libtorch. The
+// replacement does not re-implement the walk: it calls libtorch's own
+// definition, so dependencies_, nodes_in_graph_, stream stashing and whatever
+// a release adds stay exactly the installed version's, and then reads what the
+// walk built.
+
+#include <torch/csrc/autograd/engine.h>
+
+#include <torch/csrc/autograd/graph_task.h>
+#include <torch/version.h>
+
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <type_traits>
+
+// Upstream PyTorch emits these events itself from 2.14.0 on; interposing
+// there would log every event twice.
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
+#error "torch >= 2.14 logs the autograd device events itself; autograd_device_logging is only for earlier releases."
+#endif
+
+namespace torch::autograd {
+
+void Engine::compute_dependencies(
+    Node* root,
+    GraphTask& task,
+    uint64_t min_topo_nr) {
+  // The libtorch definition is found by its mangled name (device_logging.cpp);
+  // this pins the signature that name encodes.
+  static_assert(
+      std::is_same_v<
+          decltype(&Engine::compute_dependencies),
+          void (Engine::*)(Node*, GraphTask&, uint64_t)>,
+      "Engine::compute_dependencies changed its signature");
+  static_assert(std::is_same_v<uint64_t, unsigned long>);
+
+  const device_logging::ComputeDependenciesFn libtorch_fn =
+      device_logging::libtorch_compute_dependencies();
+  // Without libtorch's definition there is nothing to forward to; failing the
+  // backward with a clear error beats computing no dependencies.
+  TORCH_CHECK(
+      libtorch_fn != nullptr,
+      "autograd_device_logging: libtorch's Engine::compute_dependencies "
+      "could not be found; remove the library from this process.");
+  libtorch_fn(this, root, task, min_topo_nr);
+  device_logging::log_backward_devices(root, task);
+}
+
+} // namespace torch::autograd
