@@ -128,8 +128,9 @@ def check_report() -> str:
     elif not active:
         lines.append(
             "reason:           libtorch's Engine::compute_dependencies was "
-            "already bound to its own definition (torch imported and a "
-            "backward run before this library was loaded). " + _NOT_ACTIVE_HINT
+            "already bound to its own definition when this library was "
+            "loaded (Python binds an extension's symbols as it imports "
+            "torch). " + _NOT_ACTIVE_HINT
         )
     lines.append(
         "events emitted:   " + (", ".join(sorted(s.events_emitted)) or "none")
@@ -139,9 +140,10 @@ def check_report() -> str:
 
 if _torch_was_imported_first and not is_active():
     warnings.warn(
-        "autograd_device_logging was imported after torch, and libtorch has "
-        "already bound Engine::compute_dependencies to its own definition: "
-        "backward passes in this process are not logged. " + _NOT_ACTIVE_HINT,
+        "autograd_device_logging was imported after torch: libtorch bound "
+        "Engine::compute_dependencies to its own definition when torch was "
+        "imported, so backward passes in this process are not logged. "
+        + _NOT_ACTIVE_HINT,
         RuntimeWarning,
         stacklevel=2,
     )

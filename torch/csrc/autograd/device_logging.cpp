@@ -14,8 +14,10 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -150,6 +152,61 @@ std::string running_torch_version() {
   }
 }
 
+// Note [The preload ends with the process that asked for it]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// LD_PRELOAD=libautograd_device_logging.so is inherited by every child
+// process, and each would then load this library and libtorch_cpu with it:
+// the compilers torch.compile spawns, shell tools, anything. So when this
+// library finds itself in LD_PRELOAD, it removes itself from the variable
+// (keeping other entries) while the process is still single-threaded, before
+// main(); the process that asked for it keeps it, its children do not.
+bool names_this_library(const std::string& entry) {
+  if (entry.empty()) {
+    return false;
+  }
+  const std::string& self = this_library_path();
+  if (entry == self) {
+    return true;
+  }
+  char* resolved = realpath(entry.c_str(), nullptr);
+  char* resolved_self = realpath(self.c_str(), nullptr);
+  const bool same = resolved != nullptr && resolved_self != nullptr &&
+      std::strcmp(resolved, resolved_self) == 0;
+  std::free(resolved);
+  std::free(resolved_self);
+  return same;
+}
+
+void remove_this_library_from_ld_preload() {
+  const char* preload = std::getenv("LD_PRELOAD");
+  if (preload == nullptr) {
+    return;
+  }
+  // ld.so separates entries by spaces or colons.
+  std::string kept;
+  bool removed = false;
+  const std::string value = preload;
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t end = std::min(value.find_first_of(": ", start), value.size());
+    const std::string entry = value.substr(start, end - start);
+    if (names_this_library(entry)) {
+      removed = true;
+    } else if (!entry.empty()) {
+      kept += (kept.empty() ? "" : ":") + entry;
+    }
+    start = end + 1;
+  }
+  if (!removed) {
+    return;
+  }
+  if (kept.empty()) {
+    unsetenv("LD_PRELOAD");
+  } else {
+    setenv("LD_PRELOAD", kept.c_str(), /*overwrite=*/1);
+  }
+}
+
 // Note [Which libtorch this library may inspect]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The classifier reads GraphTask::nodes_in_graph_ and Node's input metadata
@@ -161,6 +218,7 @@ std::string running_torch_version() {
 // (engine.cpp), and such a torch never matches a supported build here.
 void check_at_load() noexcept {
   try {
+    remove_this_library_from_ld_preload();
     if (libtorch_compute_dependencies() == nullptr) {
       disable(
           "libtorch's torch::autograd::Engine::compute_dependencies was not "

@@ -1,0 +1,242 @@
+# Owner(s): ["module: autograd"]
+"""End-to-end tests of autograd device logging from Python.
+
+The events are once per process, so every case runs its program in a fresh
+interpreter (with PYTORCH_API_USAGE_STDERR=1) and inspects what it printed;
+nothing here resets the library's state. The library comes from the CMake
+build in $AUTOGRAD_DEVICE_LOGGING_BUILD_DIR (default: <repo>/build).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import torch
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD_DIR = os.environ.get(
+    "AUTOGRAD_DEVICE_LOGGING_BUILD_DIR", os.path.join(REPO, "build")
+)
+PACKAGE_ROOT = os.path.join(BUILD_DIR, "python")
+LIBRARY = os.path.join(
+    PACKAGE_ROOT, "autograd_device_logging", "libautograd_device_logging.so"
+)
+OTHER_TORCH_LIBRARY = os.path.join(
+    BUILD_DIR, "test", "for_other_torch", "libautograd_device_logging.so"
+)
+EVENTS = ("torch.autograd.multidevice_backward", "torch.autograd.gpu_cpu_backward")
+
+# A CPU-only model whose gradients the cases compare bitwise.
+CPU_MODEL = """
+import torch
+torch.manual_seed(0)
+lin1 = torch.nn.Linear(8, 16)
+lin2 = torch.nn.Linear(16, 4)
+x = torch.randn(5, 8)
+loss = lin2(torch.relu(lin1(x))).pow(2).mean()
+loss.backward()
+grads = [p.grad for p in (*lin1.parameters(), *lin2.parameters())]
+"""
+
+STATUS_JSON = """
+import json, dataclasses, autograd_device_logging as adl
+s = dataclasses.asdict(adl.status())
+s["events_emitted"] = sorted(s["events_emitted"])
+print("STATUS " + json.dumps(s))
+"""
+
+
+def autograd_events(stderr):
+    """The autograd device events a child printed, in order."""
+    return [
+        line.split()[1]
+        for line in stderr.splitlines()
+        if line.startswith("PYTORCH_API_USAGE torch.autograd.")
+        and line.split()[1] in EVENTS
+    ]
+
+
+class ChildResult:
+    def __init__(self, proc):
+        self.returncode = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.events = autograd_events(proc.stderr)
+        self.status = None
+        for line in proc.stdout.splitlines():
+            if line.startswith("STATUS "):
+                self.status = json.loads(line[len("STATUS "):])
+
+
+def run_child(args, env_extra=None, with_package=True, stdin_code=None):
+    env = dict(os.environ)
+    env["PYTORCH_API_USAGE_STDERR"] = "1"
+    env.pop("LD_PRELOAD", None)
+    env.pop("AUTOGRAD_DEVICE_LOGGING_LIBRARY", None)
+    if with_package:
+        env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra or {})
+    proc = subprocess.run(
+        [sys.executable, *args],
+        env=env,
+        input=stdin_code,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return ChildResult(proc)
+
+
+def run_code(code, **kwargs):
+    return run_child(["-c", textwrap.dedent(code)], **kwargs)
+
+
+class TestAutogradDeviceLogging(TestCase):
+    def setUp(self):
+        super().setUp()
+        if not os.path.exists(LIBRARY):
+            self.fail(f"{LIBRARY} is missing: build the project first (README)")
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def saved_grads(self, name, **kwargs):
+        """Runs CPU_MODEL in a child and returns its gradients and result."""
+        path = os.path.join(self.tmp.name, name + ".pt")
+        prologue = kwargs.pop("prologue", "")
+        code = prologue + CPU_MODEL + f"torch.save(grads, {path!r})\n"
+        if kwargs.pop("with_status", True):
+            code += STATUS_JSON
+        result = run_code(code, **kwargs)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return torch.load(path), result
+
+    def assert_same_grads(self, a, b):
+        self.assertEqual(len(a), len(b))
+        for x, y in zip(a, b):
+            self.assertTrue(torch.equal(x, y))
+
+    def test_stock_torch_cannot_emit_the_events(self):
+        # The control: the pinned libtorch has no such event at all...
+        lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+        with open(lib, "rb") as f:
+            data = f.read()
+        for event in EVENTS:
+            self.assertNotIn(event.encode(), data)
+        # ...and a backward without the library prints none.
+        _, result = self.saved_grads("stock", with_package=False, with_status=False)
+        self.assertEqual(result.events, [])
+
+    def test_cpu_backward_is_active_silent_and_bitwise_unchanged(self):
+        stock, _ = self.saved_grads("stock", with_package=False, with_status=False)
+        patched, result = self.saved_grads(
+            "patched", prologue="import autograd_device_logging\n"
+        )
+        self.assert_same_grads(stock, patched)
+        self.assertTrue(result.status["active"])
+        self.assertIsNone(result.status["disabled_reason"])
+        self.assertEqual(result.status["events_emitted"], [])
+        self.assertEqual(result.events, [])
+        self.assertEqual(result.status["built_for_torch"], torch.__version__.split("+")[0])
+        # No accelerator in a CPU-only process: nothing was read.
+        if not torch.cuda.is_available():
+            self.assertEqual(result.status["nodes_inspected"], 0)
+
+    def test_import_after_torch_is_detected_and_harmless(self):
+        stock, _ = self.saved_grads("stock", with_package=False, with_status=False)
+        late, result = self.saved_grads(
+            "late", prologue="import torch\nimport autograd_device_logging\n"
+        )
+        self.assert_same_grads(stock, late)
+        self.assertFalse(result.status["active"])
+        self.assertIn("imported after torch", result.stderr)
+        self.assertIn("not logged", result.stderr)
+        self.assertEqual(result.stderr.count("imported after torch"), 1)
+
+    def test_launcher_runs_a_script_with_the_library_active(self):
+        script = os.path.join(self.tmp.name, "train.py")
+        with open(script, "w") as f:
+            f.write(CPU_MODEL + STATUS_JSON + "import sys\nprint('ARGS', sys.argv[1:])\n")
+        result = run_child(["-m", "autograd_device_logging", script, "--lr", "0.1"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue(result.status["active"])
+        self.assertIn("ARGS ['--lr', '0.1']", result.stdout)
+
+    def test_launcher_runs_a_module(self):
+        pkg = os.path.join(self.tmp.name, "mypkg")
+        os.makedirs(pkg)
+        with open(os.path.join(pkg, "__init__.py"), "w") as f:
+            f.write("")
+        with open(os.path.join(pkg, "train.py"), "w") as f:
+            f.write(CPU_MODEL + STATUS_JSON)
+        result = run_child(
+            ["-m", "autograd_device_logging", "-m", "mypkg.train"],
+            env_extra={"PYTHONPATH": PACKAGE_ROOT + os.pathsep + self.tmp.name},
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue(result.status["active"])
+
+    def test_check_reports_active_and_versions(self):
+        result = run_child(["-m", "autograd_device_logging", "--check"])
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        version = torch.__version__.split("+")[0]
+        self.assertIn(f"built for torch:  {version}", result.stdout)
+        self.assertIn(f"running torch:    {version}", result.stdout)
+        self.assertIn("active:           yes", result.stdout)
+
+    def test_ld_preload_activates_and_is_not_inherited(self):
+        code = CPU_MODEL + STATUS_JSON + textwrap.dedent(
+            """
+            import os, subprocess, sys
+            print("PARENT_PRELOAD", repr(os.environ.get("LD_PRELOAD")))
+            child = subprocess.run(
+                [sys.executable, "-c", "import os; print(repr(os.environ.get('LD_PRELOAD')))"],
+                capture_output=True, text=True)
+            print("CHILD_PRELOAD", child.stdout.strip())
+            """
+        )
+        result = run_code(code, env_extra={"LD_PRELOAD": LIBRARY})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue(result.status["active"])
+        self.assertIn("PARENT_PRELOAD None", result.stdout)
+        self.assertIn("CHILD_PRELOAD None", result.stdout)
+
+    def test_ld_preload_keeps_other_entries(self):
+        libm = "libm.so.6"
+        code = "import os; print('PRELOAD', os.environ.get('LD_PRELOAD'))"
+        result = run_code(
+            code, env_extra={"LD_PRELOAD": f"{libm}:{LIBRARY} {libm}"},
+            with_package=False,
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(f"PRELOAD {libm}:{libm}", result.stdout)
+
+    def test_library_built_for_another_torch_disables_itself(self):
+        self.assertTrue(os.path.exists(OTHER_TORCH_LIBRARY), OTHER_TORCH_LIBRARY)
+        stock, _ = self.saved_grads("stock", with_package=False, with_status=False)
+        other, result = self.saved_grads(
+            "other",
+            prologue="import autograd_device_logging\n",
+            env_extra={"AUTOGRAD_DEVICE_LOGGING_LIBRARY": OTHER_TORCH_LIBRARY},
+        )
+        self.assert_same_grads(stock, other)
+        version = torch.__version__.split("+")[0]
+        self.assertIn(
+            f"built for torch 0.0.0 but this process runs torch {version}",
+            result.status["disabled_reason"],
+        )
+        self.assertEqual(result.stderr.count("autograd_device_logging is disabled"), 1)
+        check = run_child(
+            ["-m", "autograd_device_logging", "--check"],
+            env_extra={"AUTOGRAD_DEVICE_LOGGING_LIBRARY": OTHER_TORCH_LIBRARY},
+        )
+        self.assertEqual(check.returncode, 1)
+        self.assertIn("active:           no", check.stdout)
+        self.assertIn("built for torch 0.0.0", check.stdout)
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Configures and builds the library and its tests against a torch.
+#
+#   bash tools/build.sh [PYTHON]
+#
+# PYTHON is the interpreter whose torch to build against (default: the
+# pinned venv from tools/setup_env.sh). The build goes to
+# $AUTOGRAD_DEVICE_LOGGING_BUILD_DIR (default: build/).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+python=${1:-}
+if [ -z "$python" ]; then
+  python="$(bash "$repo/tools/setup_env.sh")/bin/python"
+fi
+build=${AUTOGRAD_DEVICE_LOGGING_BUILD_DIR:-$repo/build}
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+if [ -f "$build/CMakeCache.txt" ] && ! grep -q "^Python3_EXECUTABLE:FILEPATH=$python\$" "$build/CMakeCache.txt"; then
+  rm -rf "$build"  # another torch: start clean
+fi
+cmake -S "$repo" -B "$build" "${generator[@]}" -DPython3_EXECUTABLE="$python" >&2
+cmake --build "$build" --parallel "$(nproc)" >&2
+echo "$build"

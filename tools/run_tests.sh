@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every test: sets up the pinned venv, builds, then runs the C++ tests
+# (ctest, one process per test case) and the Python tests (pytest).
+#
+#   bash tools/run_tests.sh [PYTHON]
+#
+# PYTHON selects another interpreter and its torch (tools/gpu_check.sh uses it).
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+python=${1:-}
+if [ -z "$python" ]; then
+  venv=$(bash "$repo/tools/setup_env.sh") || exit 1
+  python="$venv/bin/python"
+fi
+build=$(bash "$repo/tools/build.sh" "$python") || { echo "build failed"; exit 1; }
+
+status=0
+echo "== C++ tests (ctest)"
+(cd "$build" && ctest --output-on-failure --parallel "$(nproc)") || status=1
+echo "== Python tests (pytest)"
+AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$build" "$python" -m pytest -q -rs "$repo/test" || status=1
+exit $status
