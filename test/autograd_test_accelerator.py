@@ -29,5 +29,7 @@ def load():
         module.current_device = lambda: 0
         module._is_in_bad_fork = lambda: False
         module.manual_seed_all = lambda seed: None
+        module.get_amp_supported_dtype = lambda: [torch.float16, torch.bfloat16]
+        module.is_autocast_enabled = lambda: False
         torch._register_device_module("testaccel", module)
     return torch.device("testaccel", 0), torch.device("testaccel", 1)

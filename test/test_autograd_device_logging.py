@@ -238,5 +238,202 @@ class TestAutogradDeviceLogging(TestCase):
         self.assertIn("built for torch 0.0.0", check.stdout)
 
 
+TEST_DIR = os.path.dirname(os.path.abspath(__file__))
+ACCELERATOR_LIBRARY = os.path.join(BUILD_DIR, "test", "libautograd_test_accelerator.so")
+
+# Child prologue: the library first, then torch and the test accelerator.
+WITH_TEST_ACCELERATOR = f"""
+import autograd_device_logging, sys
+sys.path.insert(0, {TEST_DIR!r})
+import torch
+import autograd_test_accelerator
+d0, d1 = autograd_test_accelerator.load()
+"""
+
+# A small MLP split across testaccel:0, testaccel:1 and the CPU, run on the
+# devices and on the CPU alone; prints the largest gradient difference.
+SPLIT_MLP = """
+torch.manual_seed(0)
+w1, b1 = torch.randn(8, 16), torch.randn(16)
+w2, b2 = torch.randn(16, 16), torch.randn(16)
+w3 = torch.randn(16, 4)
+x = torch.randn(5, 8)
+
+def loss_of(params, devices):
+    w1, b1, w2, b2, w3 = params
+    h = torch.tanh(x.to(devices[0]) @ w1.to(devices[0]) + b1.to(devices[0]))
+    h = torch.relu(h.to(devices[1]) @ w2.to(devices[1]) + b2.to(devices[1]))
+    return (h.to(devices[2]) @ w3).pow(2).mean()
+
+def grads(devices):
+    params = [p.clone().requires_grad_() for p in (w1, b1, w2, b2, w3)]
+    loss_of(params, devices).backward()
+    return [p.grad for p in params]
+
+split = grads([d0, d1, "cpu"])
+reference = grads(["cpu", "cpu", "cpu"])
+print("MAXDIFF", max((a - b).abs().max().item() for a, b in zip(split, reference)))
+print("ALL_ON_CPU", all(g.device.type == "cpu" for g in split))
+"""
+
+
+class TestWithTestAccelerator(TestCase):
+    """Real multi-device passes on the two-device test accelerator."""
+
+    def setUp(self):
+        super().setUp()
+        for path in (LIBRARY, ACCELERATOR_LIBRARY):
+            if not os.path.exists(path):
+                self.fail(f"{path} is missing: build the project first (README)")
+
+    def run_scenario(self, code, expect_success=True):
+        result = run_code(WITH_TEST_ACCELERATOR + textwrap.dedent(code) + STATUS_JSON)
+        if expect_success:
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertTrue(result.status["active"], result.stderr)
+        return result
+
+    def test_split_mlp_gradients_match_the_cpu_reference(self):
+        result = self.run_scenario(SPLIT_MLP)
+        maxdiff = float(result.stdout.split("MAXDIFF ")[1].split()[0])
+        self.assertLess(maxdiff, 1e-5)
+        self.assertIn("ALL_ON_CPU True", result.stdout)
+        self.assertEqual(sorted(result.events), sorted(EVENTS))
+
+    def test_device_and_cpu_give_gpu_cpu_only(self):
+        result = self.run_scenario(
+            """
+            x = torch.ones(3, requires_grad=True)
+            (x.to(d0) * 2).sum().backward()
+            assert torch.equal(x.grad, torch.full((3,), 2.0))
+            """
+        )
+        self.assertEqual(result.events, ["torch.autograd.gpu_cpu_backward"])
+
+    def test_one_device_alone_gives_nothing(self):
+        result = self.run_scenario(
+            """
+            x = torch.arange(1.0, 5.0, device=d0).requires_grad_()
+            (x * x).sum().backward()
+            assert torch.equal(x.grad.cpu(), 2 * torch.arange(1.0, 5.0))
+            """
+        )
+        self.assertEqual(result.events, [])
+        self.assertGreater(result.status["nodes_inspected"], 0)
+
+    def test_two_devices_give_multidevice_only(self):
+        result = self.run_scenario(
+            """
+            a = torch.ones(4, device=d0, requires_grad=True)
+            b = torch.ones(4, device=d1, requires_grad=True)
+            ((a * 2).sum() + (b * 3).sum().to(d0)).backward()
+            """
+        )
+        self.assertEqual(result.events, ["torch.autograd.multidevice_backward"])
+
+    def test_two_devices_and_cpu_give_both_in_one_pass(self):
+        result = self.run_scenario(
+            """
+            a = torch.ones(4, requires_grad=True)
+            ((a.to(d0) * 2).sum() + (a.to(d1) * 3).sum().to(d0)).backward()
+            print("BOTH_AFTER_ONE_PASS", len(autograd_device_logging.status().events_emitted))
+            """
+        )
+        self.assertIn("BOTH_AFTER_ONE_PASS 2", result.stdout)
+        self.assertEqual(sorted(result.events), sorted(EVENTS))
+
+    def test_repeated_passes_give_each_event_once(self):
+        result = self.run_scenario(
+            """
+            for _ in range(20):
+                a = torch.ones(4, requires_grad=True)
+                (a.to(d0) * 2).sum().backward()
+                b = torch.ones(4, device=d0, requires_grad=True)
+                (b * torch.ones(4, device=d1).to(d0)).sum().backward()
+                c = torch.ones(4, device=d1, requires_grad=True)
+                (c.to(d0) * 3).sum().backward()
+            """
+        )
+        self.assertEqual(result.events.count("torch.autograd.multidevice_backward"), 1)
+        self.assertEqual(result.events.count("torch.autograd.gpu_cpu_backward"), 1)
+        self.assertEqual(len(result.events), 2)
+
+    def test_after_both_fired_many_passes_inspect_nothing(self):
+        result = self.run_scenario(
+            """
+            a = torch.ones(4, requires_grad=True)
+            ((a.to(d0)).sum() + a.to(d1).sum().to(d0)).backward()
+            before = autograd_device_logging.status().nodes_inspected
+            for _ in range(500):
+                x = torch.ones(2, requires_grad=True)
+                ((x.to(d1) * 3).to(d0).sum() + x.sum().to(d0)).backward()
+            print("INSPECTED_AFTER_BOTH", autograd_device_logging.status().nodes_inspected - before)
+            """
+        )
+        self.assertIn("INSPECTED_AFTER_BOTH 0", result.stdout)
+
+    def test_grad_on_a_partial_graph_classifies_only_the_walked_part(self):
+        # z lives on testaccel:0 but depends on a CPU leaf; grad(loss, z) walks
+        # only the part above z, which is all on testaccel:0.
+        result = self.run_scenario(
+            """
+            x = torch.ones(4, requires_grad=True)
+            z = x.to(d0) * 2
+            loss = (z * z).sum()
+            (gz,) = torch.autograd.grad(loss, z, retain_graph=True)
+            assert torch.equal(gz.cpu(), torch.full((4,), 4.0))
+            print("AFTER_PARTIAL", sorted(autograd_device_logging.status().events_emitted))
+            loss.backward()
+            """
+        )
+        self.assertIn("AFTER_PARTIAL []", result.stdout)
+        # The full pass does reach the CPU leaf.
+        self.assertEqual(result.events, ["torch.autograd.gpu_cpu_backward"])
+
+    def test_multithreading_disabled_still_classifies_by_routing(self):
+        # With multithreading off, the engine runs every node on the calling
+        # thread, but the pass still spans the same devices; the events say
+        # what the graph would need from a multithreaded engine.
+        result = self.run_scenario(
+            """
+            with torch.autograd.set_multithreading_enabled(False):
+                a = torch.ones(4, requires_grad=True)
+                ((a.to(d0) * 2).sum() + (a.to(d1) * 3).sum().to(d0)).backward()
+            assert torch.equal(a.grad, torch.full((4,), 5.0))
+            """
+        )
+        self.assertEqual(sorted(result.events), sorted(EVENTS))
+
+    def test_reentrant_checkpoint_pass_is_classified(self):
+        # The outer pass is on testaccel:0 only; the checkpointed segment
+        # crosses to testaccel:1, which only its reentrant backward walks.
+        result = self.run_scenario(
+            """
+            from torch.utils.checkpoint import checkpoint
+            x = torch.ones(4, device=d0, requires_grad=True)
+            y = checkpoint(lambda t: (t.to(d1) * 3).to(d0), x, use_reentrant=True)
+            (y * 2).sum().backward()
+            assert torch.equal(x.grad.cpu(), torch.full((4,), 6.0))
+            """
+        )
+        self.assertEqual(result.events, ["torch.autograd.multidevice_backward"])
+
+    def test_control_without_the_library_emits_nothing(self):
+        result = run_code(
+            WITH_TEST_ACCELERATOR.replace("import autograd_device_logging, sys", "import sys")
+            + textwrap.dedent(
+                """
+                a = torch.ones(4, requires_grad=True)
+                ((a.to(d0) * 2).sum() + (a.to(d1) * 3).sum().to(d0)).backward()
+                print("GRAD", a.grad.tolist())
+                """
+            ),
+            with_package=False,
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("GRAD [5.0, 5.0, 5.0, 5.0]", result.stdout)
+        self.assertEqual(result.events, [])
+
+
 if __name__ == "__main__":
     run_tests()

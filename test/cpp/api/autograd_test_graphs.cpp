@@ -1,5 +1,7 @@
 #include "autograd_test_graphs.h"
 
+#include <torch/csrc/autograd/backward_device_classifier.h>
+
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Logging.h>
 
@@ -177,24 +179,30 @@ void register_two_test_devices() {
 }
 
 namespace {
-std::mutex recorder_mutex;
+// Leaked: the engine logs events while the process exits (after static
+// destructors have run), and the logger must still find its storage.
+std::mutex& recorder_mutex() {
+  static auto* mutex = new std::mutex();
+  return *mutex;
+}
 std::vector<std::string>& recorded_events() {
-  static std::vector<std::string> events;
-  return events;
+  static auto* events = new std::vector<std::string>();
+  return *events;
 }
 } // namespace
 
-ApiUsageRecorder::ApiUsageRecorder(std::string prefix) {
-  c10::SetAPIUsageLogger([prefix](const std::string& event) {
-    if (event.rfind(prefix, 0) == 0) {
-      std::lock_guard<std::mutex> lock(recorder_mutex);
+ApiUsageRecorder::ApiUsageRecorder() {
+  c10::SetAPIUsageLogger([](const std::string& event) {
+    if (event == kMultiDeviceBackwardEventName ||
+        event == kGpuCpuBackwardEventName) {
+      std::lock_guard<std::mutex> lock(recorder_mutex());
       recorded_events().push_back(event);
     }
   });
 }
 
 std::vector<std::string> ApiUsageRecorder::events() const {
-  std::lock_guard<std::mutex> lock(recorder_mutex);
+  std::lock_guard<std::mutex> lock(recorder_mutex());
   return recorded_events();
 }
 

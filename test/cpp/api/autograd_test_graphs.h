@@ -61,11 +61,11 @@ std::string bound_compute_dependencies_path();
 // without accelerators]).
 void register_two_test_devices();
 
-// API-usage events with the given prefix, recorded from now on through
+// The two autograd device events, recorded from now on through
 // c10::SetAPIUsageLogger.
 class ApiUsageRecorder {
  public:
-  explicit ApiUsageRecorder(std::string prefix = "torch.autograd.");
+  ApiUsageRecorder();
   // Events recorded so far, in order.
   std::vector<std::string> events() const;
   size_t count(const std::string& event) const;

@@ -1,0 +1,106 @@
+// End-to-end tests: real backward passes through libtorch's Engine::execute
+// on the two-device test accelerator (testaccel:0, testaccel:1) and the CPU.
+// One process per test (gtest_discover_tests): the events are once per
+// process.
+
+#include "autograd_test_graphs.h"
+
+#include <torch/csrc/autograd/backward_device_classifier.h>
+#include <torch/csrc/autograd/device_logging.h>
+
+#include <torch/torch.h>
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace torch::autograd::device_logging {
+namespace {
+
+using testing::ApiUsageRecorder;
+
+constexpr const char* kMulti = kMultiDeviceBackwardEventName;
+constexpr const char* kGpuCpu = kGpuCpuBackwardEventName;
+
+const c10::Device kDevice0(c10::DeviceType::PrivateUse1, 0);
+const c10::Device kDevice1(c10::DeviceType::PrivateUse1, 1);
+
+torch::Tensor leaf(c10::Device device, int64_t n = 4) {
+  return torch::arange(1.0, n + 1.0).to(device).detach().requires_grad_();
+}
+
+TEST(TestAccelerator, HasTwoDevicesThatHoldData) {
+  auto a = torch::arange(6.0).view({2, 3}).to(kDevice1);
+  EXPECT_EQ(a.device(), kDevice1);
+  auto b = (a * 2).to(kDevice0);
+  EXPECT_EQ(b.device(), kDevice0);
+  EXPECT_TRUE(torch::equal(b.cpu(), torch::arange(6.0).view({2, 3}) * 2));
+}
+
+TEST(EndToEnd, DeviceAndCpuGiveGpuCpuOnly) {
+  ApiUsageRecorder recorder;
+  auto x = torch::ones({3}, torch::requires_grad());
+  (x.to(kDevice0) * 2).sum().backward();
+  EXPECT_TRUE(torch::equal(x.grad(), torch::full({3}, 2.0)));
+  EXPECT_EQ(recorder.events(), std::vector<std::string>{kGpuCpu});
+}
+
+TEST(EndToEnd, OneDeviceAloneGivesNothing) {
+  ApiUsageRecorder recorder;
+  auto x = leaf(kDevice0);
+  (x * x).sum().backward();
+  EXPECT_TRUE(torch::equal(x.grad().cpu(), 2 * torch::arange(1.0, 5.0)));
+  EXPECT_TRUE(recorder.events().empty());
+  EXPECT_GT(device_logging_status().nodes_inspected, 0u);
+}
+
+TEST(EndToEnd, TwoDevicesGiveMultideviceOnly) {
+  ApiUsageRecorder recorder;
+  auto a = leaf(kDevice0);
+  auto b = leaf(kDevice1);
+  ((a * 2).sum() + (b * 3).sum().to(kDevice0)).backward();
+  EXPECT_TRUE(torch::equal(a.grad().cpu(), torch::full({4}, 2.0)));
+  EXPECT_TRUE(torch::equal(b.grad().cpu(), torch::full({4}, 3.0)));
+  EXPECT_EQ(recorder.events(), std::vector<std::string>{kMulti});
+}
+
+TEST(EndToEnd, TwoDevicesAndCpuGiveBothInOnePass) {
+  ApiUsageRecorder recorder;
+  auto a = torch::ones({4}, torch::requires_grad());
+  auto b = torch::ones({4}, torch::requires_grad());
+  ((a.to(kDevice0) * 2).sum() + (b.to(kDevice1) * 3).sum().to(kDevice0))
+      .backward();
+  EXPECT_EQ(recorder.count(kMulti), 1u);
+  EXPECT_EQ(recorder.count(kGpuCpu), 1u);
+  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+}
+
+TEST(EndToEnd, RepeatedPassesGiveEachEventOnce) {
+  ApiUsageRecorder recorder;
+  for (int i = 0; i < 10; ++i) {
+    auto a = torch::ones({4}, torch::requires_grad());
+    (a.to(kDevice0) * 2).sum().backward();
+    auto b = leaf(kDevice0);
+    auto c = leaf(kDevice1);
+    ((b * c.to(kDevice0)).sum()).backward();
+  }
+  EXPECT_EQ(recorder.count(kMulti), 1u);
+  EXPECT_EQ(recorder.count(kGpuCpu), 1u);
+  EXPECT_EQ(recorder.events().size(), 2u);
+}
+
+TEST(EndToEnd, AfterBothFiredManyPassesInspectNothing) {
+  auto a = torch::ones({4}, torch::requires_grad());
+  ((a.to(kDevice0)).sum() + a.to(kDevice1).sum().to(kDevice0)).backward();
+  ASSERT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  const uint64_t inspected = device_logging_status().nodes_inspected;
+  for (int i = 0; i < 200; ++i) {
+    auto x = torch::ones({2}, torch::requires_grad());
+    ((x.to(kDevice1) * 3).to(kDevice0).sum() + x.sum().to(kDevice0)).backward();
+  }
+  EXPECT_EQ(device_logging_status().nodes_inspected, inspected);
+}
+
+} // namespace
+} // namespace torch::autograd::device_logging
