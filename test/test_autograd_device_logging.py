@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import unittest
 
 import torch
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -91,8 +92,17 @@ def run_child(args, env_extra=None, with_package=True, stdin_code=None):
     return ChildResult(proc)
 
 
+# Note [Children skip interpreter finalization]
+# Stock PyTorch can abort at interpreter exit when an autograd device thread
+# is still starting up and asks for the GIL while Python finalizes ("terminate
+# called without an active exception"; seen with and without this library on
+# the test accelerator). Children therefore flush and leave with os._exit, so
+# that a test's verdict is about the backward passes, not that race.
+EXIT_NOW = "\nimport os as _os, sys as _sys\n_sys.stdout.flush(); _sys.stderr.flush(); _os._exit(0)\n"
+
+
 def run_code(code, **kwargs):
-    return run_child(["-c", textwrap.dedent(code)], **kwargs)
+    return run_child(["-c", textwrap.dedent(code) + EXIT_NOW], **kwargs)
 
 
 class TestAutogradDeviceLogging(TestCase):
@@ -159,7 +169,7 @@ class TestAutogradDeviceLogging(TestCase):
     def test_launcher_runs_a_script_with_the_library_active(self):
         script = os.path.join(self.tmp.name, "train.py")
         with open(script, "w") as f:
-            f.write(CPU_MODEL + STATUS_JSON + "import sys\nprint('ARGS', sys.argv[1:])\n")
+            f.write(CPU_MODEL + STATUS_JSON + "import sys\nprint('ARGS', sys.argv[1:])\n" + EXIT_NOW)
         result = run_child(["-m", "autograd_device_logging", script, "--lr", "0.1"])
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertTrue(result.status["active"])
@@ -171,7 +181,7 @@ class TestAutogradDeviceLogging(TestCase):
         with open(os.path.join(pkg, "__init__.py"), "w") as f:
             f.write("")
         with open(os.path.join(pkg, "train.py"), "w") as f:
-            f.write(CPU_MODEL + STATUS_JSON)
+            f.write(CPU_MODEL + STATUS_JSON + EXIT_NOW)
         result = run_child(
             ["-m", "autograd_device_logging", "-m", "mypkg.train"],
             env_extra={"PYTHONPATH": PACKAGE_ROOT + os.pathsep + self.tmp.name},
@@ -433,6 +443,150 @@ class TestWithTestAccelerator(TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("GRAD [5.0, 5.0, 5.0, 5.0]", result.stdout)
         self.assertEqual(result.events, [])
+
+
+CUDA_DEVICES = torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+# A forward on a side stream whose backward is slow: the engine runs each node
+# on its forward stream, so x's gradient is produced on `side`, and reading it
+# on the caller's stream right after backward() is only correct if the engine
+# made the caller's stream wait for the leaf stream.
+SIDE_STREAM = """
+import torch
+dev = torch.device("cuda", 0)
+
+class SlowTriple(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        torch.cuda._sleep(300_000_000)
+        return grad * 3
+
+torch.manual_seed(0)
+x = torch.randn(1 << 22, device=dev, requires_grad=True)
+torch.cuda.synchronize()
+side = torch.cuda.Stream()
+with torch.cuda.stream(side):
+    loss = SlowTriple.apply(x * 2).sum()
+loss.backward()
+read_on_caller_stream = x.grad.clone()
+torch.cuda.synchronize()
+print("SYNCED", torch.equal(read_on_caller_stream, torch.full_like(x, 6.0)))
+grads = [read_on_caller_stream.cpu()]
+"""
+
+# The split MLP on cuda:0 and the CPU, for a bitwise with/without comparison.
+CUDA_CPU_MLP = """
+import torch
+torch.use_deterministic_algorithms(True)
+torch.manual_seed(0)
+dev = torch.device("cuda", 0)
+lin1 = torch.nn.Linear(64, 128).to(dev)
+lin2 = torch.nn.Linear(128, 8)
+x = torch.randn(32, 64)
+loss = lin2(torch.relu(lin1(x.to(dev))).cpu()).pow(2).mean()
+loss.backward()
+grads = [p.grad.cpu() for p in (*lin1.parameters(), *lin2.parameters())]
+"""
+
+
+class TestOnCuda(TestCase):
+    """Real CUDA passes; each case says how many GPUs it needs."""
+
+    def setUp(self):
+        super().setUp()
+        if not os.path.exists(LIBRARY):
+            self.fail(f"{LIBRARY} is missing: build the project first (README)")
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def run_cuda(self, code, with_library=True, save=None):
+        prologue = "import autograd_device_logging\n" if with_library else ""
+        epilogue = f"torch.save(grads, {save!r})\n" if save else ""
+        result = run_code(
+            prologue + textwrap.dedent(code) + epilogue + (STATUS_JSON if with_library else ""),
+            with_package=with_library,
+            env_extra={"CUBLAS_WORKSPACE_CONFIG": ":4096:8"},
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        if with_library:
+            self.assertTrue(result.status["active"], result.stderr)
+        return result
+
+    @unittest.skipIf(CUDA_DEVICES < 1, "needs 1 CUDA device")
+    def test_cuda_device_and_cpu_give_gpu_cpu_only(self):
+        result = self.run_cuda(
+            """
+            import torch
+            x = torch.ones(3, requires_grad=True)
+            (x.to("cuda:0") * 2).sum().backward()
+            assert torch.equal(x.grad, torch.full((3,), 2.0))
+            """
+        )
+        self.assertEqual(result.events, ["torch.autograd.gpu_cpu_backward"])
+
+    @unittest.skipIf(CUDA_DEVICES < 1, "needs 1 CUDA device")
+    def test_cuda_one_device_alone_gives_nothing(self):
+        result = self.run_cuda(
+            """
+            import torch
+            x = torch.arange(1.0, 5.0, device="cuda:0").requires_grad_()
+            (x * x).sum().backward()
+            assert torch.equal(x.grad.cpu(), 2 * torch.arange(1.0, 5.0))
+            """
+        )
+        self.assertEqual(result.events, [])
+        self.assertGreater(result.status["nodes_inspected"], 0)
+
+    @unittest.skipIf(CUDA_DEVICES < 2, "needs 2 CUDA devices")
+    def test_cuda_two_devices_give_multidevice_only(self):
+        result = self.run_cuda(
+            """
+            import torch
+            a = torch.ones(4, device="cuda:0", requires_grad=True)
+            b = torch.ones(4, device="cuda:1", requires_grad=True)
+            ((a * 2).sum() + (b * 3).sum().to("cuda:0")).backward()
+            assert torch.equal(b.grad.cpu(), torch.full((4,), 3.0))
+            """
+        )
+        self.assertEqual(result.events, ["torch.autograd.multidevice_backward"])
+
+    @unittest.skipIf(CUDA_DEVICES < 2, "needs 2 CUDA devices")
+    def test_cuda_two_devices_and_cpu_give_both_in_one_pass(self):
+        result = self.run_cuda(
+            """
+            import torch
+            a = torch.ones(4, requires_grad=True)
+            ((a.to("cuda:0") * 2).sum() + (a.to("cuda:1") * 3).sum().to("cuda:0")).backward()
+            assert torch.equal(a.grad, torch.full((4,), 5.0))
+            print("BOTH_AFTER_ONE_PASS", len(autograd_device_logging.status().events_emitted))
+            """
+        )
+        self.assertIn("BOTH_AFTER_ONE_PASS 2", result.stdout)
+        self.assertEqual(sorted(result.events), sorted(EVENTS))
+
+    @unittest.skipIf(CUDA_DEVICES < 1, "needs 1 CUDA device")
+    def test_cuda_gradients_equal_with_and_without_the_library(self):
+        stock = os.path.join(self.tmp.name, "stock.pt")
+        patched = os.path.join(self.tmp.name, "patched.pt")
+        self.run_cuda(CUDA_CPU_MLP, with_library=False, save=stock)
+        result = self.run_cuda(CUDA_CPU_MLP, save=patched)
+        for a, b in zip(torch.load(stock), torch.load(patched)):
+            self.assertTrue(torch.equal(a, b))
+        self.assertEqual(result.events, ["torch.autograd.gpu_cpu_backward"])
+
+    @unittest.skipIf(CUDA_DEVICES < 1, "needs 1 CUDA device")
+    def test_side_stream_leaves_keep_their_sync(self):
+        stock = os.path.join(self.tmp.name, "stock.pt")
+        patched = os.path.join(self.tmp.name, "patched.pt")
+        without = self.run_cuda(SIDE_STREAM, with_library=False, save=stock)
+        with_lib = self.run_cuda(SIDE_STREAM, save=patched)
+        self.assertIn("SYNCED True", without.stdout)
+        self.assertIn("SYNCED True", with_lib.stdout)
+        self.assertTrue(torch.equal(torch.load(stock)[0], torch.load(patched)[0]))
 
 
 if __name__ == "__main__":

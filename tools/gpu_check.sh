@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# GPU verification: on a machine with NVIDIA GPUs, builds the library against
+# that machine's installed torch (the torch of $PYTHON, default python3, not
+# the CI pin), runs the whole suite (C++ and Python, CUDA cases included) and
+# the demo, and prints pass/fail counts and the events each demo scenario
+# produced.
+#
+#   bash tools/gpu_check.sh [--record FILE]
+#
+# --record FILE writes this run's section (date, torch version, GPUs, command,
+# counts, events) into FILE, replacing an earlier section for the same number
+# of GPUs. docs/gpu-verification.md is made this way.
+# Needs: cmake, a C++17 compiler, GoogleTest (libgtest-dev or
+# /usr/src/googletest), and pytest and expecttest importable by $PYTHON.
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+python=${PYTHON:-python3}
+record=""
+if [ "${1:-}" = "--record" ]; then record=${2:?--record needs a file}; fi
+build=${AUTOGRAD_DEVICE_LOGGING_BUILD_DIR:-$repo/build-gpu}
+export AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=$build
+work=$(mktemp -d)
+
+torch_version=$("$python" -c 'import torch; print(torch.__version__)')
+gpus=$("$python" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
+gpu_names=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd ';' -)
+echo "== torch $torch_version, $gpus CUDA device(s): ${gpu_names:-none}"
+
+if ! bash "$repo/tools/build.sh" "$python" > "$work/build.log" 2>&1; then
+  tail -50 "$work/build.log"; echo "build failed"; exit 1
+fi
+
+echo "== C++ tests (ctest)"
+(cd "$build" && ctest --output-on-failure --parallel "$(nproc)") > "$work/ctest.log" 2>&1
+ctest_rc=$?
+grep -E "tests passed|\(Failed\)|\(Skipped\)|Subprocess" "$work/ctest.log"
+ctest_total=$(grep -oE "out of [0-9]+" "$work/ctest.log" | tail -1 | grep -oE "[0-9]+")
+ctest_failed=$(grep -oE "[0-9]+ tests failed" "$work/ctest.log" | tail -1 | grep -oE "^[0-9]+")
+ctest_skipped=$(grep -cE "\(Skipped\)" "$work/ctest.log")
+ctest_passed=$(( ${ctest_total:-0} - ${ctest_failed:-0} - ctest_skipped ))
+
+echo "== Python tests (pytest)"
+"$python" -m pytest -q -rs -p no:cacheprovider "$repo/test" > "$work/pytest.log" 2>&1
+pytest_rc=$?
+grep -E "^(SKIPPED|FAILED|ERROR)|passed|failed" "$work/pytest.log" | tail -40
+pytest_summary=$(grep -E "[0-9]+ (passed|failed)" "$work/pytest.log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
+
+echo "== Demo (events per scenario)"
+"$python" "$repo/demo/run_demo.py" --build "$build" > "$work/demo.log" 2>&1
+demo_rc=$?
+cat "$work/demo.log"
+
+echo "== Summary"
+echo "C++: ${ctest_passed} passed, ${ctest_failed:-?} failed, ${ctest_skipped} skipped (of ${ctest_total:-?})"
+echo "Python: ${pytest_summary:-no summary}"
+echo "demo: exit $demo_rc"
+
+if [ -n "$record" ]; then
+  section="$work/section.md"
+  {
+    echo "<!-- gpu-check: $gpus GPU -->"
+    echo "## $gpus GPU(s): ${gpu_names:-none}"
+    echo
+    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "- torch: $torch_version (the machine's installed torch, built against by this run)"
+    echo "- python: $("$python" -c 'import sys; print(sys.version.split()[0])'), compiler: $(c++ --version | head -1)"
+    echo "- command: \`bash tools/gpu_check.sh --record docs/gpu-verification.md\`"
+    echo "- C++ (ctest, one process per case): ${ctest_passed} passed, ${ctest_failed:-?} failed, ${ctest_skipped} skipped, of ${ctest_total:-?}"
+    echo "- Python (pytest): ${pytest_summary:-no summary}"
+    echo
+    echo "Skipped cases and reasons:"
+    echo
+    echo '```'
+    { grep -E "\(Skipped\)" "$work/ctest.log"; grep -E "^SKIPPED" "$work/pytest.log"; } | sed 's/^ *//' || true
+    echo '```'
+    echo
+    echo "Events per demo scenario (\`PYTORCH_API_USAGE_STDERR=1\`, grepped from each scenario's stderr):"
+    echo
+    echo '```'
+    cat "$work/demo.log"
+    echo '```'
+    echo "<!-- /gpu-check: $gpus GPU -->"
+  } > "$section"
+  "$python" - "$record" "$section" "$gpus" <<'PY'
+import os, re, sys
+record, section, gpus = sys.argv[1], sys.argv[2], sys.argv[3]
+header = ("# GPU verification\n\nWritten by `tools/gpu_check.sh --record`, one section per GPU count, "
+          "from the script's own output on a machine with NVIDIA GPUs.\n\n")
+text = open(record).read() if os.path.exists(record) else header
+new = open(section).read()
+pattern = re.compile(r"<!-- gpu-check: %s GPU -->.*?<!-- /gpu-check: %s GPU -->\n?" % (gpus, gpus), re.S)
+text = pattern.sub(lambda _: new, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + new
+open(record, "w").write(text)
+PY
+  echo "recorded in $record"
+fi
+[ $ctest_rc -eq 0 ] && [ $pytest_rc -eq 0 ] && [ $demo_rc -eq 0 ]
