@@ -24,7 +24,7 @@ work=$(mktemp -d)
 
 torch_version=$("$python" -c 'import torch; print(torch.__version__)')
 gpus=$("$python" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
-gpu_names=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd ';' -)
+gpu_names=$("$python" -c 'import collections, torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; print("; ".join(f"{c} x {name}" for name, c in collections.Counter(torch.cuda.get_device_name(i) for i in range(n)).items()))')
 echo "== torch $torch_version, $gpus CUDA device(s): ${gpu_names:-none}"
 
 if ! bash "$repo/tools/build.sh" "$python" > "$work/build.log" 2>&1; then
@@ -37,6 +37,7 @@ ctest_rc=$?
 grep -E "tests passed|\(Failed\)|\(Skipped\)|Subprocess" "$work/ctest.log"
 ctest_total=$(grep -oE "out of [0-9]+" "$work/ctest.log" | tail -1 | grep -oE "[0-9]+")
 ctest_failed=$(grep -oE "[0-9]+ tests failed" "$work/ctest.log" | tail -1 | grep -oE "^[0-9]+")
+grep -q "100% tests passed" "$work/ctest.log" && ctest_failed=${ctest_failed:-0}
 ctest_skipped=$(grep -cE "\(Skipped\)" "$work/ctest.log")
 ctest_passed=$(( ${ctest_total:-0} - ${ctest_failed:-0} - ctest_skipped ))
 
@@ -44,6 +45,7 @@ echo "== Python tests (pytest)"
 "$python" -m pytest -q -rs -p no:cacheprovider "$repo/test" > "$work/pytest.log" 2>&1
 pytest_rc=$?
 grep -E "^(SKIPPED|FAILED|ERROR)|passed|failed" "$work/pytest.log" | tail -40
+sed -n '/warnings summary/,/-- Docs/p' "$work/pytest.log" | head -20
 pytest_summary=$(grep -E "[0-9]+ (passed|failed)" "$work/pytest.log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
 
 echo "== Demo (events per scenario)"
@@ -64,6 +66,7 @@ if [ -n "$record" ]; then
     echo
     echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "- torch: $torch_version (the machine's installed torch, built against by this run)"
+    echo "- CUDA_VISIBLE_DEVICES: ${CUDA_VISIBLE_DEVICES:-unset}"
     echo "- python: $("$python" -c 'import sys; print(sys.version.split()[0])'), compiler: $(c++ --version | head -1)"
     echo "- command: \`bash tools/gpu_check.sh --record docs/gpu-verification.md\`"
     echo "- C++ (ctest, one process per case): ${ctest_passed} passed, ${ctest_failed:-?} failed, ${ctest_skipped} skipped, of ${ctest_total:-?}"
