@@ -1,0 +1,82 @@
+"""Which torch releases emit the autograd device events themselves?
+
+    python tools/torch_native_events.py [--write docs/torch-versions.md] VERSION...
+
+For each version, downloads the CPython x86-64 Linux wheel from PyPI (pip's
+cache makes repeats cheap), reads libtorch_cpu.so out of it and looks for the
+two event names. A release whose libtorch contains them logs the events
+itself, so this library must not be used there (engine.cpp refuses to build
+for torch >= 2.14 on the strength of this check). Also reports whether
+Engine::execute calls compute_dependencies through the PLT, which is what
+makes interposition possible.
+"""
+
+import argparse
+import datetime
+import glob
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+EVENTS = (b"torch.autograd.multidevice_backward", b"torch.autograd.gpu_cpu_backward")
+PLT_CALL = re.compile(
+    rb"call\s+[0-9a-f]+ <_ZN5torch8autograd6Engine20compute_dependenciesEPNS0_4NodeERNS0_9GraphTaskEm@plt>"
+)
+
+
+def check(version, workdir):
+    dest = os.path.join(workdir, version)
+    os.makedirs(dest, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+         "--only-binary=:all:", "-d", dest, f"torch=={version}"],
+        check=True)
+    (wheel,) = glob.glob(os.path.join(dest, "torch-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        lib = z.extract("torch/lib/libtorch_cpu.so", dest)
+    data = open(lib, "rb").read()
+    has_events = [name.decode() for name in EVENTS if name in data]
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", lib],
+                         capture_output=True, check=True).stdout
+    plt_calls = len(PLT_CALL.findall(dis))
+    os.remove(lib)
+    return os.path.basename(wheel), has_events, plt_calls
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--write")
+    parser.add_argument("versions", nargs="+")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for version in args.versions:
+            wheel, events, plt_calls = check(version, workdir)
+            rows.append((version, wheel, events, plt_calls))
+            print(f"{version}: events in libtorch_cpu: {', '.join(events) or 'none'}; "
+                  f"PLT calls to compute_dependencies: {plt_calls}", flush=True)
+    if args.write:
+        with open(args.write, "w") as f:
+            f.write("# Which torch releases need this library\n\n")
+            f.write(f"Written by `python tools/torch_native_events.py --write {args.write} "
+                    f"{' '.join(args.versions)}` on {datetime.date.today()} "
+                    f"({platform.machine()}, Python {platform.python_version()}).\n\n")
+            f.write("For each PyPI wheel: does its `libtorch_cpu.so` contain the event names "
+                    "(then that torch logs them itself), and how many calls to "
+                    "`Engine::compute_dependencies` go through the PLT (each one is "
+                    "interposable)?\n\n")
+            f.write("| torch | wheel | events in libtorch_cpu.so | PLT calls to compute_dependencies |\n")
+            f.write("| --- | --- | --- | --- |\n")
+            for version, wheel, events, plt_calls in rows:
+                f.write(f"| {version} | `{wheel}` | {', '.join(events) or 'none'} | {plt_calls} |\n")
+            f.write("\nThe pin in requirements.txt is the newest release without the events. "
+                    "`torch/csrc/autograd/engine.cpp` refuses to build against the first "
+                    "release with them and later ones.\n")
+
+
+if __name__ == "__main__":
+    main()
