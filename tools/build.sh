@@ -5,7 +5,8 @@
 #
 # PYTHON is the interpreter whose torch to build against (default: the
 # pinned venv from tools/setup_env.sh). The build goes to
-# $AUTOGRAD_DEVICE_LOGGING_BUILD_DIR (default: build/).
+# $AUTOGRAD_DEVICE_LOGGING_BUILD_DIR (default: build/); extra CMake arguments
+# come from $AUTOGRAD_DEVICE_LOGGING_CMAKE_ARGS.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,6 +20,7 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 if [ -f "$build/CMakeCache.txt" ] && ! grep -q "^Python3_EXECUTABLE:FILEPATH=$python\$" "$build/CMakeCache.txt"; then
   rm -rf "$build"  # another torch: start clean
 fi
-cmake -S "$repo" -B "$build" "${generator[@]}" -DPython3_EXECUTABLE="$python" >&2
+read -r -a extra <<< "${AUTOGRAD_DEVICE_LOGGING_CMAKE_ARGS:-}"
+cmake -S "$repo" -B "$build" "${generator[@]}" -DPython3_EXECUTABLE="$python" "${extra[@]}" >&2
 cmake --build "$build" --parallel "$(nproc)" >&2
 echo "$build"

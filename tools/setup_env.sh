@@ -7,7 +7,9 @@
 #   when running as root and something is missing; otherwise names them.
 # - A venv with requirements.txt's exact pins, cached outside the clone and
 #   keyed by that file's hash and the Python version, so a repeat run with the
-#   same pins downloads nothing. $AUTOGRAD_DEVICE_LOGGING_CACHE moves the cache.
+#   same pins downloads nothing. $AUTOGRAD_DEVICE_LOGGING_CACHE moves the cache;
+#   $AUTOGRAD_DEVICE_LOGGING_REQUIREMENTS names another requirements file (the
+#   benchmark's upstream-torch venv).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,7 +34,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 pyver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-key=$(sha256sum "$repo/requirements.txt" | cut -c1-12)
+requirements=${AUTOGRAD_DEVICE_LOGGING_REQUIREMENTS:-$repo/requirements.txt}
+key=$(sha256sum "$requirements" | cut -c1-12)
 cache=${AUTOGRAD_DEVICE_LOGGING_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/autograd_device_logging}
 venv="$cache/venv-py$pyver-$key"
 if [ ! -f "$venv/.complete" ]; then
@@ -41,7 +44,7 @@ if [ ! -f "$venv/.complete" ]; then
   mkdir -p "$cache"
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    -r "$repo/requirements.txt" >&2
+    -r "$requirements" >&2
   touch "$venv/.complete"
 else
   log "using cached $venv"

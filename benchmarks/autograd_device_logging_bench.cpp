@@ -1,0 +1,241 @@
+// Overhead benchmark of the autograd device-logging patch.
+//
+// The binary itself never links the library: "stock" runs it as is, and the
+// patched states run it with LD_PRELOAD=libautograd_device_logging.so (the
+// library removes itself from LD_PRELOAD at load). Flags pick the state:
+//   --accelerator=PATH  dlopen the two-device test accelerator first, so the
+//                       process has accelerator devices and passes are
+//                       classified (without it a CPU-only process skips them);
+//   --fire              run one pass across testaccel:0, testaccel:1 and the
+//                       CPU first, so both events have fired.
+//   --max-nodes=N       leave out graphs larger than N nodes.
+// Modes:
+//   (default)           Google Benchmark wall times, BM_* below;
+//   --callgrind=ITERS   run every case ITERS times with callgrind collection
+//                       on only around the measured call, dumping one stats
+//                       file per case (CALLGRIND_DUMP_STATS_AT), for
+//                       deterministic instruction counts.
+
+#include "autograd_test_graphs.h"
+
+#include <torch/torch.h>
+
+#include <benchmark/benchmark.h>
+#include <valgrind/callgrind.h>
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace dl = torch::autograd::device_logging::testing;
+
+// A graph of about `nodes` autograd nodes with its scalar loss.
+struct Graph {
+  std::vector<torch::Tensor> leaves;
+  torch::Tensor loss;
+};
+
+// chain: leaf -> mul -> mul -> ... (one long path).
+Graph make_chain(int64_t nodes, c10::Device device) {
+  Graph g;
+  g.leaves.push_back(torch::ones({1}).requires_grad_());
+  torch::Tensor y = g.leaves.back().to(device);
+  for (int64_t i = 0; i < nodes - 2; ++i) {
+    y = y * 1.0001;
+  }
+  g.loss = y.sum();
+  return g;
+}
+
+// wide: the loss stacks (nodes / 2) parallel branches, each a leaf -> mul
+// (every leaf its own one-element tensor, so backward stays linear in size).
+Graph make_wide(int64_t nodes, c10::Device device) {
+  Graph g;
+  const int64_t branches = std::max<int64_t>(1, nodes / 2);
+  std::vector<torch::Tensor> parts;
+  parts.reserve(branches);
+  for (int64_t i = 0; i < branches; ++i) {
+    g.leaves.push_back(torch::ones({}).requires_grad_());
+    parts.push_back(g.leaves.back().to(device) * 2.0);
+  }
+  g.loss = torch::stack(parts).sum();
+  return g;
+}
+
+Graph make_graph(const std::string& shape, int64_t nodes, c10::Device device) {
+  return shape == "chain" ? make_chain(nodes, device) : make_wide(nodes, device);
+}
+
+torch::autograd::Node* root_of(const Graph& g) {
+  return g.loss.grad_fn().get();
+}
+
+std::string accelerator_path;
+bool fire_first = false;
+int64_t max_nodes = 100000;
+
+c10::Device graph_device(const std::string& placement) {
+  // "cpu" graphs run on the CPU; "testaccel" graphs on testaccel:0.
+  return placement == "cpu" ? c10::Device(c10::kCPU)
+                            : c10::Device(c10::DeviceType::PrivateUse1, 0);
+}
+
+void BM_compute_dependencies(
+    benchmark::State& state,
+    std::string shape,
+    std::string placement) {
+  const Graph g = make_graph(shape, state.range(0), graph_device(placement));
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto task = dl::make_graph_task(root_of(g));
+    state.ResumeTiming();
+    dl::run_bound_compute_dependencies(root_of(g), *task);
+    state.PauseTiming();
+    task.reset();
+    state.ResumeTiming();
+  }
+  state.counters["nodes"] = static_cast<double>(state.range(0));
+}
+
+void BM_backward(benchmark::State& state, std::string shape, std::string placement) {
+  const Graph g = make_graph(shape, state.range(0), graph_device(placement));
+  for (auto _ : state) {
+    g.loss.backward({}, /*retain_graph=*/true);
+  }
+  state.counters["nodes"] = static_cast<double>(state.range(0));
+}
+
+std::vector<int64_t> sizes() {
+  std::vector<int64_t> out;
+  for (const int64_t nodes : {10, 1000, 100000}) {
+    if (nodes <= max_nodes) {
+      out.push_back(nodes);
+    }
+  }
+  return out;
+}
+
+void register_benchmarks() {
+  std::vector<std::string> placements = {"cpu"};
+  if (!accelerator_path.empty()) {
+    placements.push_back("testaccel");
+  }
+  for (const std::string shape : {"chain", "wide"}) {
+    for (const std::string& placement : placements) {
+      benchmark::RegisterBenchmark(
+          ("compute_dependencies/" + shape + "/" + placement).c_str(),
+          BM_compute_dependencies, shape, placement)
+          ->ArgsProduct({sizes()})
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(
+          ("backward/" + shape + "/" + placement).c_str(), BM_backward, shape,
+          placement)
+          ->ArgsProduct({sizes()})
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+}
+
+// One stats dump per case: "<what>/<shape>/<placement>/<nodes>".
+void run_under_callgrind(int iterations) {
+  std::vector<std::string> placements = {"cpu"};
+  if (!accelerator_path.empty()) {
+    placements.push_back("testaccel");
+  }
+  for (const std::string shape : {"chain", "wide"}) {
+    for (const std::string& placement : placements) {
+      for (const int64_t nodes : {10, 1000, 100000}) {
+        if (nodes > max_nodes) {
+          continue;
+        }
+        const Graph g = make_graph(shape, nodes, graph_device(placement));
+        const int reps = nodes >= 100000 ? std::max(1, iterations / 20) : iterations;
+        const std::string suffix = shape + "/" + placement + "/" +
+            std::to_string(nodes) + "/x" + std::to_string(reps);
+        // Warm up (first-call binding, thread start, allocator pools).
+        {
+          auto task = dl::make_graph_task(root_of(g));
+          dl::run_bound_compute_dependencies(root_of(g), *task);
+          g.loss.backward({}, /*retain_graph=*/true);
+        }
+        CALLGRIND_ZERO_STATS;
+        for (int i = 0; i < reps; ++i) {
+          auto task = dl::make_graph_task(root_of(g));
+          CALLGRIND_TOGGLE_COLLECT;
+          dl::run_bound_compute_dependencies(root_of(g), *task);
+          CALLGRIND_TOGGLE_COLLECT;
+        }
+        const std::string deps_case = "compute_dependencies/" + suffix;
+        CALLGRIND_DUMP_STATS_AT(deps_case.c_str());
+        if (placement == "cpu") {
+          // Backward on the CPU runs on this thread only, so collection
+          // around the call covers all of it.
+          for (int i = 0; i < reps; ++i) {
+            CALLGRIND_TOGGLE_COLLECT;
+            g.loss.backward({}, /*retain_graph=*/true);
+            CALLGRIND_TOGGLE_COLLECT;
+          }
+          const std::string backward_case = "backward/" + suffix;
+          CALLGRIND_DUMP_STATS_AT(backward_case.c_str());
+        }
+      }
+    }
+  }
+}
+
+void fire_both_events() {
+  const c10::Device d0(c10::DeviceType::PrivateUse1, 0);
+  const c10::Device d1(c10::DeviceType::PrivateUse1, 1);
+  auto a = torch::ones({2}, torch::requires_grad());
+  ((a.to(d0) * 2).sum() + (a.to(d1) * 3).sum().to(d0)).backward();
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int callgrind_iterations = 0;
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--accelerator=", 0) == 0) {
+      accelerator_path = arg.substr(std::strlen("--accelerator="));
+    } else if (arg.rfind("--max-nodes=", 0) == 0) {
+      max_nodes = std::atoll(arg.c_str() + std::strlen("--max-nodes="));
+    } else if (arg == "--fire") {
+      fire_first = true;
+    } else if (arg.rfind("--callgrind=", 0) == 0) {
+      callgrind_iterations = std::atoi(arg.c_str() + std::strlen("--callgrind="));
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  if (!accelerator_path.empty() &&
+      dlopen(accelerator_path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    std::fprintf(stderr, "cannot load %s: %s\n", accelerator_path.c_str(), dlerror());
+    return 2;
+  }
+  if (fire_first) {
+    if (accelerator_path.empty()) {
+      std::fprintf(stderr, "--fire needs --accelerator\n");
+      return 2;
+    }
+    fire_both_events();
+  }
+  if (callgrind_iterations > 0) {
+    run_under_callgrind(callgrind_iterations);
+    return 0;
+  }
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  register_benchmarks();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
