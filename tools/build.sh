@@ -17,7 +17,7 @@ fi
 build=${AUTOGRAD_DEVICE_LOGGING_BUILD_DIR:-$repo/build}
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-if [ -f "$build/CMakeCache.txt" ] && ! grep -q "^Python3_EXECUTABLE:FILEPATH=$python\$" "$build/CMakeCache.txt"; then
+if [ -f "$build/CMakeCache.txt" ] && ! grep -qE "^Python3_EXECUTABLE:[A-Z]+=$python\$" "$build/CMakeCache.txt"; then
   rm -rf "$build"  # another torch: start clean
 fi
 read -r -a extra <<< "${AUTOGRAD_DEVICE_LOGGING_CMAKE_ARGS:-}"

@@ -9,6 +9,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/DeviceType.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 
@@ -136,6 +137,90 @@ PassDeviceSummary classify_backward_pass(
     }
   }
   return summary;
+}
+
+// Device classes of a backward pass, for the opt-in per-pass statistics.
+enum class BackwardDeviceClass : uint8_t {
+  kCpuOnly = 0, // no node routed to an accelerator
+  kSingleAccelerator = 1, // one accelerator device, no CPU-routed node
+  kAcceleratorCpu = 2, // one accelerator device and CPU-routed nodes
+  kMultiAccelerator = 3, // two or more accelerator devices (CPU or not)
+};
+constexpr int kNumBackwardDeviceClasses = 4;
+
+// Everything the statistics want from one pass: the distinct accelerator
+// devices (counted exactly up to kMaxCountedAccelerators, a fixed array, so
+// no allocation) and whether a CPU-routed node occurs. Reads every node.
+struct PassDeviceCensus {
+  static constexpr int kMaxCountedAccelerators = 16;
+  // (type, index) of each distinct accelerator seen, packed into 16 bits.
+  std::array<uint16_t, kMaxCountedAccelerators> accelerators{};
+  // Distinct accelerator devices seen, saturating at kMaxCountedAccelerators.
+  int num_accelerators = 0;
+  bool has_cpu_node = false;
+  uint64_t nodes_inspected = 0;
+
+  void add(const Node& node) noexcept {
+    ++nodes_inspected;
+    const std::optional<c10::Device> device = routed_device(node);
+    if (!device.has_value()) {
+      return;
+    }
+    if (device->is_cpu()) {
+      has_cpu_node = true;
+      return;
+    }
+    const uint16_t key = static_cast<uint16_t>(
+        (static_cast<uint16_t>(device->type()) << 8) |
+        static_cast<uint8_t>(device->index()));
+    for (int i = 0; i < num_accelerators; ++i) {
+      if (accelerators[i] == key) {
+        return;
+      }
+    }
+    if (num_accelerators < kMaxCountedAccelerators) {
+      accelerators[num_accelerators++] = key;
+    }
+  }
+
+  BackwardDeviceClass device_class() const noexcept {
+    if (num_accelerators >= 2) {
+      return BackwardDeviceClass::kMultiAccelerator;
+    }
+    if (num_accelerators == 1) {
+      return has_cpu_node ? BackwardDeviceClass::kAcceleratorCpu
+                          : BackwardDeviceClass::kSingleAccelerator;
+    }
+    return BackwardDeviceClass::kCpuOnly;
+  }
+
+  uint8_t events() const noexcept {
+    uint8_t events = kNoBackwardDeviceEvent;
+    if (num_accelerators >= 2) {
+      events |= kMultiDeviceBackward;
+    }
+    if (num_accelerators >= 1 && has_cpu_node) {
+      events |= kGpuCpuBackward;
+    }
+    return events;
+  }
+};
+
+// The census of a whole pass (root plus `nodes`, root read once).
+template <typename NodeRange>
+PassDeviceCensus census_backward_pass(
+    const Node* root,
+    const NodeRange& nodes) noexcept {
+  PassDeviceCensus census;
+  if (root != nullptr) {
+    census.add(*root);
+  }
+  for (const Node* node : nodes) {
+    if (node != root) {
+      census.add(*node);
+    }
+  }
+  return census;
 }
 
 } // namespace torch::autograd::device_logging

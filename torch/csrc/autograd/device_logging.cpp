@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/engine.h>
 
 #include <torch/csrc/autograd/backward_device_classifier.h>
+#include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/graph_task.h>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -49,17 +51,20 @@ constexpr const char* kComputeDependenciesSymbol =
 
 // Note [Device logging state]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// `events_done` holds one bit per BackwardDeviceEvent that needs no further
-// inspection: the event was emitted, or the library is disabled (then both
-// bits are set). Every pass starts with one relaxed load of it; once it holds
-// both bits, the pass inspects nothing. Relaxed ordering is enough: a pass
-// that reads a stale value merely inspects nodes once more and then loses the
-// fetch_or race, which still emits each event exactly once.
-std::atomic<uint8_t> events_done{0};
+// `state` holds one bit per BackwardDeviceEvent that needs no further
+// inspection (the event was emitted, or the library is disabled), a bit for
+// the opt-in statistics, and a bit for "disabled". Every pass starts with one
+// relaxed load of it; when it is exactly "both events done" (statistics off,
+// not disabled), the pass inspects nothing. Relaxed ordering is enough: a
+// pass that reads a stale value merely inspects nodes once more and then
+// loses the fetch_or race, which still emits each event exactly once.
+constexpr uint8_t kStatsEnabled = 1u << 2;
+constexpr uint8_t kDisabled = 1u << 3;
+std::atomic<uint8_t> state{0};
 std::atomic<uint8_t> events_emitted{0};
 std::atomic<bool> hook_has_run{false};
 std::atomic<uint64_t> nodes_inspected{0};
-// Set once, before `events_done` is filled by disable(); never freed.
+// Set once, before disable() marks the state disabled; never freed.
 std::atomic<const char*> disabled_reason{nullptr};
 
 // Emits warnings to stderr through c10's default handler even when a thread
@@ -82,12 +87,12 @@ void disable(const std::string& reason) noexcept {
       delete owned;
       return;
     }
-    events_done.fetch_or(kAllBackwardDeviceEvents, std::memory_order_release);
+    state.fetch_or(kAllBackwardDeviceEvents | kDisabled, std::memory_order_release);
     warn_once_to_stderr(
         "autograd_device_logging is disabled: " + reason +
         " Backward passes are unaffected; only the device logging is off.");
   } catch (...) {
-    events_done.fetch_or(kAllBackwardDeviceEvents, std::memory_order_release);
+    state.fetch_or(kAllBackwardDeviceEvents | kDisabled, std::memory_order_release);
   }
 }
 
@@ -219,6 +224,10 @@ void remove_this_library_from_ld_preload() {
 void check_at_load() noexcept {
   try {
     remove_this_library_from_ld_preload();
+    const char* stats_env = std::getenv("PYTORCH_AUTOGRAD_DEVICE_STATS");
+    if (stats_env != nullptr && std::strcmp(stats_env, "1") == 0) {
+      enable_backward_device_stats(true);
+    }
     if (libtorch_compute_dependencies() == nullptr) {
       disable(
           "libtorch's torch::autograd::Engine::compute_dependencies was not "
@@ -283,8 +292,11 @@ bool process_has_accelerator_devices() noexcept {
 }
 
 void emit(uint8_t decided) {
+  if (decided == kNoBackwardDeviceEvent) {
+    return;
+  }
   const uint8_t newly =
-      decided & ~events_done.fetch_or(decided, std::memory_order_relaxed);
+      decided & ~state.fetch_or(decided, std::memory_order_relaxed);
   if (newly == kNoBackwardDeviceEvent) {
     return;
   }
@@ -294,6 +306,28 @@ void emit(uint8_t decided) {
   }
   if (newly & kGpuCpuBackward) {
     C10_LOG_API_USAGE_ONCE(kGpuCpuBackwardEventName);
+  }
+}
+
+// Opt-in statistics (device_stats.h). Counters are only touched while the
+// statistics are on.
+std::array<std::atomic<uint64_t>, kNumBackwardDeviceClasses> passes_by_class{};
+std::atomic<int64_t> max_accelerators_in_one_pass{0};
+
+void record_pass(BackwardDeviceClass device_class, int num_accelerators) {
+  passes_by_class[static_cast<size_t>(device_class)].fetch_add(
+      1, std::memory_order_relaxed);
+  int64_t seen = max_accelerators_in_one_pass.load(std::memory_order_relaxed);
+  while (num_accelerators > seen &&
+         !max_accelerators_in_one_pass.compare_exchange_weak(
+             seen, num_accelerators, std::memory_order_relaxed)) {
+  }
+}
+
+void print_stats_at_exit() {
+  const BackwardDeviceStats stats = backward_device_stats();
+  if (stats.enabled) {
+    std::fprintf(stderr, "%s\n", format_backward_device_stats(stats).c_str());
   }
 }
 
@@ -309,15 +343,28 @@ void log_backward_devices(const Node* root, const GraphTask& task) noexcept {
   if (!hook_has_run.load(std::memory_order_relaxed)) {
     hook_has_run.store(true, std::memory_order_relaxed);
   }
-  const uint8_t pending = kAllBackwardDeviceEvents &
-      ~events_done.load(std::memory_order_relaxed);
-  if (pending == kNoBackwardDeviceEvent) {
+  const uint8_t current = state.load(std::memory_order_relaxed);
+  if (current == kAllBackwardDeviceEvents || (current & kDisabled)) {
     return;
   }
-  if (!process_has_accelerator_devices()) {
-    return;
-  }
+  const uint8_t pending = kAllBackwardDeviceEvents & ~current;
+  const bool stats = current & kStatsEnabled;
   try {
+    if (!process_has_accelerator_devices()) {
+      if (stats) {
+        record_pass(BackwardDeviceClass::kCpuOnly, 0);
+      }
+      return;
+    }
+    if (stats) {
+      const PassDeviceCensus census =
+          census_backward_pass(root, task.nodes_in_graph_);
+      nodes_inspected.fetch_add(
+          census.nodes_inspected, std::memory_order_relaxed);
+      record_pass(census.device_class(), census.num_accelerators);
+      emit(census.events() & pending);
+      return;
+    }
     const PassDeviceSummary summary =
         classify_backward_pass(root, task.nodes_in_graph_, pending);
     nodes_inspected.fetch_add(
@@ -328,6 +375,48 @@ void log_backward_devices(const Node* root, const GraphTask& task) noexcept {
   } catch (...) {
     disable("classifying a backward pass failed.");
   }
+}
+
+void enable_backward_device_stats(bool enabled) {
+  if (enabled) {
+    static const bool registered = (std::atexit(&print_stats_at_exit), true);
+    (void)registered;
+    state.fetch_or(kStatsEnabled, std::memory_order_relaxed);
+  } else {
+    state.fetch_and(static_cast<uint8_t>(~kStatsEnabled), std::memory_order_relaxed);
+  }
+}
+
+BackwardDeviceStats backward_device_stats() {
+  BackwardDeviceStats stats;
+  stats.enabled = state.load(std::memory_order_relaxed) & kStatsEnabled;
+  const auto count = [](BackwardDeviceClass c) {
+    return passes_by_class[static_cast<size_t>(c)].load(std::memory_order_relaxed);
+  };
+  stats.cpu_only = count(BackwardDeviceClass::kCpuOnly);
+  stats.single_accelerator = count(BackwardDeviceClass::kSingleAccelerator);
+  stats.accelerator_cpu = count(BackwardDeviceClass::kAcceleratorCpu);
+  stats.multi_accelerator = count(BackwardDeviceClass::kMultiAccelerator);
+  stats.max_accelerators_in_one_pass =
+      max_accelerators_in_one_pass.load(std::memory_order_relaxed);
+  return stats;
+}
+
+void reset_backward_device_stats() {
+  for (auto& counter : passes_by_class) {
+    counter.store(0, std::memory_order_relaxed);
+  }
+  max_accelerators_in_one_pass.store(0, std::memory_order_relaxed);
+}
+
+std::string format_backward_device_stats(const BackwardDeviceStats& stats) {
+  return "autograd device stats: " + std::to_string(stats.passes()) +
+      " backward passes: cpu_only=" + std::to_string(stats.cpu_only) +
+      " single_accelerator=" + std::to_string(stats.single_accelerator) +
+      " accelerator_cpu=" + std::to_string(stats.accelerator_cpu) +
+      " multi_accelerator=" + std::to_string(stats.multi_accelerator) +
+      " max_accelerators_in_one_pass=" +
+      std::to_string(stats.max_accelerators_in_one_pass);
 }
 
 DeviceLoggingStatus device_logging_status() {
@@ -367,6 +456,24 @@ const char* autograd_device_logging_disabled_reason(void) {
 
 const char* autograd_device_logging_built_for_torch(void) {
   return AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH;
+}
+
+int autograd_device_logging_stats(uint64_t out[5]) {
+  const auto stats = device_logging::backward_device_stats();
+  out[0] = stats.cpu_only;
+  out[1] = stats.single_accelerator;
+  out[2] = stats.accelerator_cpu;
+  out[3] = stats.multi_accelerator;
+  out[4] = static_cast<uint64_t>(stats.max_accelerators_in_one_pass);
+  return stats.enabled ? 1 : 0;
+}
+
+void autograd_device_logging_enable_stats(int enabled) {
+  device_logging::enable_backward_device_stats(enabled != 0);
+}
+
+void autograd_device_logging_reset_stats(void) {
+  device_logging::reset_backward_device_stats();
 }
 
 const char* autograd_device_logging_running_torch(void) {
