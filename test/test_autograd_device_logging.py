@@ -445,6 +445,159 @@ class TestWithTestAccelerator(TestCase):
         self.assertEqual(result.events, [])
 
 
+ONE_PASS_OF_EACH_CLASS = """
+x = torch.ones(2, requires_grad=True)
+(x * 2).sum().backward()                                   # cpu_only
+a = torch.ones(2, device=d0, requires_grad=True)
+(a * 2).sum().backward()                                   # single_accelerator
+(x.to(d1) * 2).sum().backward()                            # accelerator_cpu
+b = torch.ones(2, device=d1, requires_grad=True)
+((a * 2).sum() + b.sum().to(d0)).backward()                # multi_accelerator
+"""
+
+STATS_JSON = """
+import json, dataclasses
+print("STATS " + json.dumps(dataclasses.asdict(autograd_device_logging.device_stats())))
+"""
+
+
+def stats_of(result):
+    for line in result.stdout.splitlines():
+        if line.startswith("STATS "):
+            return json.loads(line[len("STATS "):])
+    raise AssertionError("no STATS line in: " + result.stdout + result.stderr)
+
+
+class TestDeviceStats(TestCase):
+    """Opt-in per-pass statistics, on real passes."""
+
+    def setUp(self):
+        super().setUp()
+        for path in (LIBRARY, ACCELERATOR_LIBRARY):
+            if not os.path.exists(path):
+                self.fail(f"{path} is missing: build the project first (README)")
+
+    def test_off_by_default(self):
+        result = run_code(WITH_TEST_ACCELERATOR + ONE_PASS_OF_EACH_CLASS + STATS_JSON)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        stats = stats_of(result)
+        self.assertFalse(stats["enabled"])
+        self.assertEqual(stats["cpu_only"] + stats["multi_accelerator"], 0)
+
+    def test_environment_variable_enables_and_every_class_is_counted(self):
+        result = run_code(
+            WITH_TEST_ACCELERATOR + ONE_PASS_OF_EACH_CLASS + STATS_JSON,
+            env_extra={"PYTORCH_AUTOGRAD_DEVICE_STATS": "1"},
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(
+            stats_of(result),
+            {
+                "enabled": True,
+                "cpu_only": 1,
+                "single_accelerator": 1,
+                "accelerator_cpu": 1,
+                "multi_accelerator": 1,
+                "max_accelerators_in_one_pass": 2,
+            },
+        )
+
+    def test_api_enable_reset_and_typed_result(self):
+        result = run_code(
+            WITH_TEST_ACCELERATOR
+            + "autograd_device_logging.enable_device_stats()\n"
+            + ONE_PASS_OF_EACH_CLASS
+            + textwrap.dedent(
+                """
+                s = autograd_device_logging.device_stats()
+                assert isinstance(s, autograd_device_logging.DeviceStats)
+                print("PASSES", s.passes)
+                autograd_device_logging.reset_device_stats()
+                print("AFTER_RESET", autograd_device_logging.device_stats().passes)
+                (torch.ones(2, device=d1, requires_grad=True) * 3).sum().backward()
+                """
+            )
+            + STATS_JSON
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("PASSES 4", result.stdout)
+        self.assertIn("AFTER_RESET 0", result.stdout)
+        stats = stats_of(result)
+        self.assertEqual(stats["single_accelerator"], 1)
+        self.assertEqual(stats["max_accelerators_in_one_pass"], 1)
+
+    def test_summary_line_at_exit(self):
+        # A normal interpreter exit (no os._exit) in a CPU-only process.
+        code = "import autograd_device_logging, torch\n" + CPU_MODEL
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            env=dict(
+                os.environ,
+                PYTHONPATH=PACKAGE_ROOT,
+                PYTORCH_AUTOGRAD_DEVICE_STATS="1",
+                CUDA_VISIBLE_DEVICES="",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn(
+            "autograd device stats: 1 backward passes: cpu_only=1 single_accelerator=0 "
+            "accelerator_cpu=0 multi_accelerator=0 max_accelerators_in_one_pass=0",
+            proc.stderr,
+        )
+
+    def test_two_ranks_gathered_on_rank_zero(self):
+        worker = os.path.join(tempfile.mkdtemp(), "worker.py")
+        with open(worker, "w") as f:
+            f.write(
+                textwrap.dedent(
+                    f"""
+                    import os, sys
+                    import torch
+                    import torch.distributed as dist
+                    import autograd_device_logging
+                    dist.init_process_group("gloo")
+                    rank = dist.get_rank()
+                    autograd_device_logging.enable_device_stats()
+                    if rank == 0:
+                        for _ in range(3):
+                            x = torch.ones(2, requires_grad=True)
+                            (x * 2).sum().backward()
+                    else:
+                        sys.path.insert(0, {TEST_DIR!r})
+                        import autograd_test_accelerator
+                        d0, d1 = autograd_test_accelerator.load()
+                        x = torch.ones(2, requires_grad=True)
+                        (x.to(d0) * 2).sum().backward()
+                        for _ in range(2):
+                            (x.to(d0).sum() + x.to(d1).sum().to(d0)).backward()
+                    rows = autograd_device_logging.gather_device_stats()
+                    if rank == 0:
+                        print("TABLE")
+                        print(autograd_device_logging.format_device_stats_table(rows))
+                    dist.barrier()
+                    dist.destroy_process_group()
+                    sys.stdout.flush(); sys.stderr.flush(); os._exit(0)
+                    """
+                )
+            )
+        result = run_child(
+            ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+             "-m", "autograd_device_logging", worker]
+        )
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        table = result.stdout.split("TABLE", 1)[1].strip().splitlines()
+        cells = [line.split() for line in table]
+        self.assertEqual(cells[0], ["rank", "passes", "cpu_only", "single_accelerator",
+                                    "accelerator_cpu", "multi_accelerator",
+                                    "max_accelerators_in_one_pass"])
+        self.assertEqual(cells[1], ["0", "3", "3", "0", "0", "0", "0"])
+        self.assertEqual(cells[2], ["1", "3", "0", "0", "1", "2", "2"])
+        self.assertEqual(cells[3], ["all", "6", "3", "0", "1", "2", "2"])
+
+
 CUDA_DEVICES = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 # A forward on a side stream whose backward is slow: the engine runs each node

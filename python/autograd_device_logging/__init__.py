@@ -22,7 +22,19 @@ import sys
 import warnings
 from typing import FrozenSet, Optional
 
-__all__ = ["Status", "library_path", "status", "is_active", "check_report"]
+__all__ = [
+    "Status",
+    "library_path",
+    "status",
+    "is_active",
+    "check_report",
+    "DeviceStats",
+    "device_stats",
+    "enable_device_stats",
+    "reset_device_stats",
+    "gather_device_stats",
+    "format_device_stats_table",
+]
 
 _LIBRARY_NAME = "libautograd_device_logging.so"
 _LIBRARY_ENV = "AUTOGRAD_DEVICE_LOGGING_LIBRARY"
@@ -48,6 +60,9 @@ def _load(path: str) -> ctypes.CDLL:
     lib.autograd_device_logging_nodes_inspected.restype = ctypes.c_uint64
     for name in ("disabled_reason", "built_for_torch", "running_torch"):
         getattr(lib, "autograd_device_logging_" + name).restype = ctypes.c_char_p
+    lib.autograd_device_logging_stats.restype = ctypes.c_int
+    lib.autograd_device_logging_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
+    lib.autograd_device_logging_enable_stats.argtypes = [ctypes.c_int]
     return lib
 
 
@@ -105,6 +120,80 @@ def is_active() -> bool:
         with torch.enable_grad():
             torch.ones(1, requires_grad=True).sum().backward()
     return bool(_lib.autograd_device_logging_hook_has_run())
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceStats:
+    """Backward passes by the devices they spanned (opt-in, process-wide)."""
+
+    enabled: bool
+    cpu_only: int
+    single_accelerator: int
+    accelerator_cpu: int
+    multi_accelerator: int
+    #: Most distinct accelerator devices in one pass (saturates at 16).
+    max_accelerators_in_one_pass: int
+
+    @property
+    def passes(self) -> int:
+        return (
+            self.cpu_only
+            + self.single_accelerator
+            + self.accelerator_cpu
+            + self.multi_accelerator
+        )
+
+
+def device_stats() -> DeviceStats:
+    """The per-pass counters (all zero unless statistics are enabled)."""
+    out = (ctypes.c_uint64 * 5)()
+    enabled = _lib.autograd_device_logging_stats(out)
+    return DeviceStats(bool(enabled), *(int(v) for v in out))
+
+
+def enable_device_stats(enabled: bool = True) -> None:
+    """Turns the per-pass statistics on (as PYTORCH_AUTOGRAD_DEVICE_STATS=1
+    does at load) or off. While on, a summary line goes to stderr at exit."""
+    _lib.autograd_device_logging_enable_stats(1 if enabled else 0)
+
+
+def reset_device_stats() -> None:
+    _lib.autograd_device_logging_reset_stats()
+
+
+def gather_device_stats(group=None):
+    """Every rank's DeviceStats, in rank order, on every rank of `group`
+    (torch.distributed must be initialized; a collective)."""
+    import torch.distributed as dist
+
+    rows = [None] * dist.get_world_size(group)
+    dist.all_gather_object(rows, dataclasses.asdict(device_stats()), group=group)
+    return [DeviceStats(**row) for row in rows]
+
+
+def format_device_stats_table(rows) -> str:
+    """One table of per-rank DeviceStats (e.g. from gather_device_stats)."""
+    columns = (
+        "passes",
+        "cpu_only",
+        "single_accelerator",
+        "accelerator_cpu",
+        "multi_accelerator",
+        "max_accelerators_in_one_pass",
+    )
+    header = ["rank", *columns]
+    body = [[str(rank)] + [str(getattr(row, c)) for c in columns] for rank, row in enumerate(rows)]
+    total = ["all"] + [
+        str(max(r.max_accelerators_in_one_pass for r in rows))
+        if c == "max_accelerators_in_one_pass"
+        else str(sum(getattr(r, c) for r in rows))
+        for c in columns
+    ]
+    table = [header, *body, total]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.rjust(width) for cell, width in zip(line, widths)) for line in table
+    )
 
 
 _NOT_ACTIVE_HINT = (

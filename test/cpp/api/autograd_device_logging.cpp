@@ -9,6 +9,7 @@
 
 #include <torch/csrc/autograd/backward_device_classifier.h>
 #include <torch/csrc/autograd/device_logging.h>
+#include <torch/csrc/autograd/device_stats.h>
 
 #include <torch/torch.h>
 
@@ -376,6 +377,53 @@ TEST(RealBackward, CpuPassWithTestDevicesRegisteredIsInspectedButSilent) {
   EXPECT_TRUE(torch::equal(x.grad(), torch::full({2}, 3.0)));
   EXPECT_GT(device_logging_status().nodes_inspected, 0u);
   EXPECT_TRUE(recorder.events().empty());
+}
+
+TEST(DeviceStats, CpuOnlyProcessCountsPassesWithoutReadingNodes) {
+  enable_backward_device_stats();
+  for (int i = 0; i < 3; ++i) {
+    auto x = torch::ones({2}, torch::requires_grad());
+    (x * x).sum().backward();
+  }
+  const BackwardDeviceStats stats = backward_device_stats();
+  EXPECT_EQ(stats.cpu_only, 3u);
+  EXPECT_EQ(stats.passes(), 3u);
+  EXPECT_EQ(device_logging_status().nodes_inspected, 0u);
+}
+
+TEST(PassDeviceCensus, CountsDistinctAcceleratorsAndClasses) {
+  std::vector<NodePtr> owned = {
+      make_node({cuda(0)}), make_node({cuda(1)}), make_node({cuda(0)}),
+      make_node({xpu(0)}), make_node({meta()}), make_node({})};
+  const auto census = census_backward_pass(nullptr, raw(owned));
+  EXPECT_EQ(census.num_accelerators, 3);
+  EXPECT_TRUE(census.has_cpu_node);
+  EXPECT_EQ(census.nodes_inspected, owned.size());
+  EXPECT_EQ(census.device_class(), BackwardDeviceClass::kMultiAccelerator);
+  EXPECT_EQ(census.events(), kAllBackwardDeviceEvents);
+
+  std::vector<NodePtr> single = {make_node({cuda(1)}), make_node({cuda(1), cpu()})};
+  EXPECT_EQ(
+      census_backward_pass(nullptr, raw(single)).device_class(),
+      BackwardDeviceClass::kSingleAccelerator);
+  std::vector<NodePtr> mixed = {make_node({cuda(1)}), make_node({cpu()})};
+  EXPECT_EQ(
+      census_backward_pass(nullptr, raw(mixed)).device_class(),
+      BackwardDeviceClass::kAcceleratorCpu);
+  std::vector<NodePtr> cpu_only = {make_node({cpu()}), make_node({lazy()})};
+  EXPECT_EQ(
+      census_backward_pass(nullptr, raw(cpu_only)).device_class(),
+      BackwardDeviceClass::kCpuOnly);
+}
+
+TEST(PassDeviceCensus, SaturatesInsteadOfAllocating) {
+  std::vector<NodePtr> owned;
+  for (int i = 0; i < 40; ++i) {
+    owned.push_back(make_node({cuda(static_cast<c10::DeviceIndex>(i))}));
+  }
+  const auto census = census_backward_pass(nullptr, raw(owned));
+  EXPECT_EQ(census.num_accelerators, PassDeviceCensus::kMaxCountedAccelerators);
+  EXPECT_EQ(census.nodes_inspected, 40u);
 }
 
 } // namespace

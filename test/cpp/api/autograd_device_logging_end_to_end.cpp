@@ -7,12 +7,14 @@
 
 #include <torch/csrc/autograd/backward_device_classifier.h>
 #include <torch/csrc/autograd/device_logging.h>
+#include <torch/csrc/autograd/device_stats.h>
 
 #include <torch/torch.h>
 
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace torch::autograd::device_logging {
@@ -100,6 +102,97 @@ TEST(EndToEnd, AfterBothFiredManyPassesInspectNothing) {
     ((x.to(kDevice1) * 3).to(kDevice0).sum() + x.sum().to(kDevice0)).backward();
   }
   EXPECT_EQ(device_logging_status().nodes_inspected, inspected);
+}
+
+// --- Per-pass statistics ------------------------------------------------------
+
+// One pass of each device class; multi_accelerator twice (with and without
+// the CPU).
+void run_one_pass_of_each_class() {
+  auto cpu_leaf = torch::ones({2}, torch::requires_grad());
+  (cpu_leaf * 2).sum().backward(); // cpu_only
+  auto on0 = leaf(kDevice0);
+  (on0 * 2).sum().backward(); // single_accelerator
+  (cpu_leaf.to(kDevice0) * 2).sum().backward(); // accelerator_cpu
+  auto on1 = leaf(kDevice1);
+  ((on0 * 2).sum() + on1.sum().to(kDevice0)).backward(); // multi_accelerator
+  ((cpu_leaf.to(kDevice0)).sum() + cpu_leaf.to(kDevice1).sum().to(kDevice0))
+      .backward(); // multi_accelerator, with CPU nodes
+}
+
+TEST(DeviceStats, AreOffByDefault) {
+  run_one_pass_of_each_class();
+  const BackwardDeviceStats stats = backward_device_stats();
+  EXPECT_FALSE(stats.enabled);
+  EXPECT_EQ(stats.passes(), 0u);
+}
+
+TEST(DeviceStats, CountEveryClassAndReset) {
+  enable_backward_device_stats();
+  run_one_pass_of_each_class();
+  BackwardDeviceStats stats = backward_device_stats();
+  EXPECT_TRUE(stats.enabled);
+  EXPECT_EQ(stats.cpu_only, 1u);
+  EXPECT_EQ(stats.single_accelerator, 1u);
+  EXPECT_EQ(stats.accelerator_cpu, 1u);
+  EXPECT_EQ(stats.multi_accelerator, 2u);
+  EXPECT_EQ(stats.max_accelerators_in_one_pass, 2);
+  // Both events have fired by now; the statistics keep counting.
+  ASSERT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  run_one_pass_of_each_class();
+  EXPECT_EQ(backward_device_stats().passes(), 10u);
+
+  reset_backward_device_stats();
+  stats = backward_device_stats();
+  EXPECT_TRUE(stats.enabled);
+  EXPECT_EQ(stats.passes(), 0u);
+  EXPECT_EQ(stats.max_accelerators_in_one_pass, 0);
+  auto x = torch::ones({2}, torch::requires_grad());
+  (x.to(kDevice1) * 3).sum().backward();
+  EXPECT_EQ(backward_device_stats().accelerator_cpu, 1u);
+  EXPECT_EQ(backward_device_stats().passes(), 1u);
+
+  enable_backward_device_stats(false);
+  run_one_pass_of_each_class();
+  EXPECT_EQ(backward_device_stats().passes(), 1u);
+}
+
+TEST(DeviceStats, CountExactlyUnderConcurrentPasses) {
+  enable_backward_device_stats();
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 25;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([] {
+      for (int i = 0; i < kRounds; ++i) {
+        run_one_pass_of_each_class();
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  const BackwardDeviceStats stats = backward_device_stats();
+  EXPECT_EQ(stats.cpu_only, kThreads * kRounds);
+  EXPECT_EQ(stats.single_accelerator, kThreads * kRounds);
+  EXPECT_EQ(stats.accelerator_cpu, kThreads * kRounds);
+  EXPECT_EQ(stats.multi_accelerator, 2 * kThreads * kRounds);
+  EXPECT_EQ(stats.max_accelerators_in_one_pass, 2);
+}
+
+TEST(DeviceStats, SummaryText) {
+  BackwardDeviceStats stats;
+  stats.enabled = true;
+  stats.cpu_only = 3;
+  stats.single_accelerator = 1;
+  stats.accelerator_cpu = 4;
+  stats.multi_accelerator = 2;
+  stats.max_accelerators_in_one_pass = 2;
+  EXPECT_EQ(
+      format_backward_device_stats(stats),
+      "autograd device stats: 10 backward passes: cpu_only=3 "
+      "single_accelerator=1 accelerator_cpu=4 multi_accelerator=2 "
+      "max_accelerators_in_one_pass=2");
 }
 
 } // namespace
