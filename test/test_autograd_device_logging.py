@@ -80,7 +80,11 @@ def run_child(args, env_extra=None, with_package=True, stdin_code=None):
     env.pop("AUTOGRAD_DEVICE_LOGGING_LIBRARY", None)
     if with_package:
         env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(env_extra or {})
+    for key, value in (env_extra or {}).items():
+        if value is None:
+            env.pop(key, None)  # unset, not empty
+        else:
+            env[key] = value
     proc = subprocess.run(
         [sys.executable, *args],
         env=env,
@@ -117,7 +121,8 @@ class TestAutogradDeviceLogging(TestCase):
         """Runs CPU_MODEL in a child and returns its gradients and result."""
         path = os.path.join(self.tmp.name, name + ".pt")
         prologue = kwargs.pop("prologue", "")
-        code = prologue + CPU_MODEL + f"torch.save(grads, {path!r})\n"
+        body = "" if "grads = " in prologue else CPU_MODEL
+        code = prologue + body + f"torch.save(grads, {path!r})\n"
         if kwargs.pop("with_status", True):
             code += STATUS_JSON
         result = run_code(code, **kwargs)
@@ -223,6 +228,40 @@ class TestAutogradDeviceLogging(TestCase):
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn(f"PRELOAD {libm}:{libm}", result.stdout)
+
+    def test_real_models_gradients_are_bitwise_identical(self):
+        models = textwrap.dedent(
+            """
+            import torch
+            torch.manual_seed(0)
+            cnn = torch.nn.Sequential(
+                torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                torch.nn.Conv2d(8, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(10))
+            block = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64,
+                                                     dropout=0.0, batch_first=True)
+            lstm = torch.nn.LSTM(16, 24, num_layers=2, batch_first=True)
+            images, tokens, sequence = torch.randn(4, 3, 16, 16), torch.randn(2, 7, 32), torch.randn(3, 5, 16)
+            cnn(images).logsumexp(1).mean().backward()
+            block(tokens).pow(2).mean().backward()
+            out, (h, c) = lstm(sequence)
+            (out.sum() + h.pow(2).sum()).backward()
+            grads = [p.grad for m in (cnn, block, lstm) for p in m.parameters()]
+            """
+        )
+        stock, _ = self.saved_grads("stock", prologue=models, with_package=False, with_status=False)
+        patched, result = self.saved_grads("patched", prologue="import autograd_device_logging\n" + models)
+        self.assertGreater(len(stock), 20)
+        self.assert_same_grads(stock, patched)
+        self.assertTrue(result.status["active"])
+
+    def test_silent_without_pytorch_api_usage_stderr(self):
+        result = run_code(
+            "import autograd_device_logging\n" + CPU_MODEL + STATUS_JSON,
+            env_extra={"PYTORCH_API_USAGE_STDERR": None},
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue(result.status["active"])
+        self.assertEqual(result.stderr.strip(), "")
 
     def test_library_built_for_another_torch_disables_itself(self):
         self.assertTrue(os.path.exists(OTHER_TORCH_LIBRARY), OTHER_TORCH_LIBRARY)

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,6 +103,43 @@ TEST(EndToEnd, AfterBothFiredManyPassesInspectNothing) {
     ((x.to(kDevice1) * 3).to(kDevice0).sum() + x.sum().to(kDevice0)).backward();
   }
   EXPECT_EQ(device_logging_status().nodes_inspected, inspected);
+}
+
+TEST(EndToEnd, SixteenThreadsThousandPassesEachEventOnceGradientsRight) {
+  ApiUsageRecorder recorder;
+  constexpr int kThreads = 16;
+  constexpr int kPasses = 1000;
+  std::atomic<int> wrong_gradients{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t, &wrong_gradients] {
+      for (int i = 0; i < kPasses; ++i) {
+        auto x = torch::full({2}, static_cast<double>(t + 1), torch::requires_grad());
+        switch ((t + i) % 3) {
+          case 0: // CPU only
+            (x * x).sum().backward();
+            break;
+          case 1: // accelerator and CPU
+            (x.to(kDevice0) * x.to(kDevice0)).sum().backward();
+            break;
+          default: // two accelerators and CPU
+            ((x.to(kDevice0) * x.to(kDevice0)).sum() +
+             (x.to(kDevice1) * 0).sum().to(kDevice0))
+                .backward();
+        }
+        if (!torch::equal(x.grad(), torch::full({2}, 2.0 * (t + 1)))) {
+          ++wrong_gradients;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  EXPECT_EQ(wrong_gradients.load(), 0);
+  EXPECT_EQ(recorder.count(kMulti), 1u);
+  EXPECT_EQ(recorder.count(kGpuCpu), 1u);
+  EXPECT_EQ(recorder.events().size(), 2u);
 }
 
 // --- Per-pass statistics ------------------------------------------------------

@@ -240,7 +240,9 @@ void check_at_load() noexcept {
       disable(
           "it was built for torch " + built + " but this process runs torch " +
           (running.empty() ? std::string("of unknown version") : running) +
-          ". Rebuild it against the installed torch.");
+          ". Rebuild it against the installed torch (pip install "
+          "--no-build-isolation --force-reinstall <autograd_device_logging "
+          "source>, or a CMake build with that torch).");
       return;
     }
     void* first = dlsym(RTLD_DEFAULT, kComputeDependenciesSymbol);

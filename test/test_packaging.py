@@ -1,0 +1,117 @@
+# Owner(s): ["module: autograd"]
+"""The two ways users install the library, each into a fresh place:
+
+- pip: `pip install --no-build-isolation .` into a fresh venv (which sees the
+  already-installed torch through a .pth file, as a venv made with that torch
+  would), and a wheel built the same way; then `python -m
+  autograd_device_logging --check` there.
+- CMake: `cmake --install` of the build, then examples/cpp_consumer configured
+  with find_package(autograd_device_logging) in a fresh build dir, built and
+  run.
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import unittest
+
+import torch
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD_DIR = os.environ.get(
+    "AUTOGRAD_DEVICE_LOGGING_BUILD_DIR", os.path.join(REPO, "build")
+)
+TORCH_VERSION = torch.__version__.split("+")[0]
+
+
+def run(cmd, **kwargs):
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.pop("AUTOGRAD_DEVICE_LOGGING_LIBRARY", None)
+    env.update(kwargs.pop("env", {}))
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, **kwargs)
+
+
+class TestPackaging(TestCase):
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.mkdtemp(prefix="adl-packaging-")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+
+    def fresh_venv(self):
+        venv = os.path.join(self.tmp, "venv")
+        proc = run([sys.executable, "-m", "venv", venv])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        python = os.path.join(venv, "bin", "python")
+        site = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+        # The torch (and build tools) of the environment running the tests.
+        with open(os.path.join(site, "installed_torch.pth"), "w") as f:
+            f.write(sysconfig.get_paths()["purelib"] + "\n")
+        # Let the build use that environment's setuptools, not the venv's seed.
+        run([python, "-m", "pip", "uninstall", "-q", "-y", "setuptools"])
+        return python, site
+
+    def assert_check_active(self, python, cwd):
+        proc = run([python, "-m", "autograd_device_logging", "--check"], cwd=cwd)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn(f"built for torch:  {TORCH_VERSION}", proc.stdout)
+        self.assertIn(f"running torch:    {TORCH_VERSION}", proc.stdout)
+        self.assertIn("active:           yes", proc.stdout)
+        return proc.stdout
+
+    def test_pip_install_into_a_fresh_venv(self):
+        python, site = self.fresh_venv()
+        proc = run([python, "-m", "pip", "install", "-q", "--no-build-isolation",
+                    "--no-deps", REPO])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        report = self.assert_check_active(python, cwd=self.tmp)
+        self.assertIn(os.path.join(site, "autograd_device_logging"), report)
+
+    def test_wheel_built_against_the_installed_torch(self):
+        wheels = os.path.join(self.tmp, "wheels")
+        proc = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
+                    "--no-deps", "-w", wheels, REPO])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        (wheel,) = glob.glob(os.path.join(wheels, "autograd_device_logging-*.whl"))
+        self.assertNotIn("-none-any", wheel)  # a platform wheel: it carries a .so
+        python, _ = self.fresh_venv()
+        proc = run([python, "-m", "pip", "install", "-q", "--no-deps", wheel])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assert_check_active(python, cwd=self.tmp)
+
+    @unittest.skipIf(shutil.which("cmake") is None, "needs cmake")
+    def test_cmake_install_and_find_package(self):
+        prefix = os.path.join(self.tmp, "prefix")
+        proc = run(["cmake", "--install", BUILD_DIR, "--prefix", prefix])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertTrue(os.path.exists(os.path.join(
+            prefix, "lib", "cmake", "autograd_device_logging", "autograd_device_loggingConfig.cmake")))
+        example_build = os.path.join(self.tmp, "example-build")
+        torch_dir = os.path.dirname(torch.__file__)
+        proc = run(["cmake", "-S", os.path.join(REPO, "examples", "cpp_consumer"),
+                    "-B", example_build, f"-DCMAKE_PREFIX_PATH={prefix}",
+                    f"-DTORCH_DIR={torch_dir}",
+                    f"-DTORCH_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        proc = run(["cmake", "--build", example_build, "--parallel"])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        proc = run([os.path.join(example_build, "train_step")])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("autograd_device_logging active: yes", proc.stdout)
+        self.assertIn(f"built for torch {TORCH_VERSION}, running torch {TORCH_VERSION}", proc.stdout)
+        self.assertIn("backward passes counted: 1 (cpu_only 1)", proc.stdout)
+        # The library comes before libtorch_cpu in the program's DT_NEEDED.
+        needed = [line.split("[")[1].rstrip("]") for line in run(
+            ["readelf", "-d", os.path.join(example_build, "train_step")]).stdout.splitlines()
+            if "(NEEDED)" in line]
+        self.assertLess(needed.index("libautograd_device_logging.so"),
+                        needed.index("libtorch_cpu.so"))
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the package into a venv with another torch release and checks it
+# there (the CI pin is requirements.txt's; this covers users' other torches):
+#
+#   bash tools/check_other_torch.sh 2.12.1
+#
+# 1. a venv with torch==VERSION (cached like the main one);
+# 2. pip install --no-build-isolation . into it: built against that torch;
+# 3. python -m autograd_device_logging --check there: active, versions match;
+# 4. the library built for the CI pin (build/) loaded into that torch: it must
+#    refuse, naming both versions, and leave backward unchanged.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+version=${1:?usage: check_other_torch.sh TORCH_VERSION}
+reqs=$(mktemp -d)/requirements-torch-$version.txt
+printf 'torch==%s\nnumpy==2.2.6\n# builds the package with --no-build-isolation\nsetuptools>=70.1\n' "$version" > "$reqs"
+venv=$(AUTOGRAD_DEVICE_LOGGING_REQUIREMENTS=$reqs bash "$repo/tools/setup_env.sh")
+python="$venv/bin/python"
+work=$(mktemp -d)
+cd "$work"
+
+echo "== pip install --no-build-isolation . (torch $version)"
+"$python" -m pip install -q --no-build-isolation --no-deps --force-reinstall "$repo"
+echo "== --check"
+"$python" -m autograd_device_logging --check
+
+pinned_lib="$repo/build/python/autograd_device_logging/libautograd_device_logging.so"
+if [ -f "$pinned_lib" ]; then
+  echo "== the CI pin's build loaded into torch $version"
+  AUTOGRAD_DEVICE_LOGGING_LIBRARY=$pinned_lib "$python" -c '
+import autograd_device_logging as adl, torch
+x = torch.arange(1.0, 4.0, requires_grad=True)
+(x * x).sum().backward()
+assert torch.equal(x.grad, 2 * torch.arange(1.0, 4.0)), x.grad
+s = adl.status()
+print("disabled:", s.disabled_reason)
+assert s.disabled_reason and s.built_for_torch in s.disabled_reason and s.running_torch in s.disabled_reason
+print("backward unchanged: yes")
+'
+fi
+"$python" -m pip uninstall -q -y autograd_device_logging
+echo "== torch $version: OK"
