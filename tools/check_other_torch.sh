@@ -7,8 +7,10 @@
 # 1. a venv with torch==VERSION (cached like the main one);
 # 2. pip install --no-build-isolation . into it: built against that torch;
 # 3. python -m autograd_device_logging --check there: active, versions match;
-# 4. the library built for the CI pin (build/) loaded into that torch: it must
-#    refuse, naming both versions, and leave backward unchanged.
+# 4. the library built for the CI pin (build/) loaded into a process running
+#    that torch (torch imported first, so the process keeps its own libtorch,
+#    as after an in-place torch upgrade): it must refuse, naming both
+#    versions, and leave backward unchanged.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 version=${1:?usage: check_other_torch.sh TORCH_VERSION}
@@ -27,8 +29,9 @@ echo "== --check"
 pinned_lib="$repo/build/python/autograd_device_logging/libautograd_device_logging.so"
 if [ -f "$pinned_lib" ]; then
   echo "== the CI pin's build loaded into torch $version"
-  AUTOGRAD_DEVICE_LOGGING_LIBRARY=$pinned_lib "$python" -c '
-import autograd_device_logging as adl, torch
+  AUTOGRAD_DEVICE_LOGGING_LIBRARY=$pinned_lib "$python" -W ignore::RuntimeWarning -c '
+import torch
+import autograd_device_logging as adl
 x = torch.arange(1.0, 4.0, requires_grad=True)
 (x * x).sum().backward()
 assert torch.equal(x.grad, 2 * torch.arange(1.0, 4.0)), x.grad
