@@ -17,6 +17,9 @@
 
 #include <algorithm>
 #include <array>
+#include <random>
+#include <set>
+#include <utility>
 #include <vector>
 
 namespace torch::autograd::device_logging {
@@ -377,6 +380,135 @@ TEST(RealBackward, CpuPassWithTestDevicesRegisteredIsInspectedButSilent) {
   EXPECT_TRUE(torch::equal(x.grad(), torch::full({2}, 3.0)));
   EXPECT_GT(device_logging_status().nodes_inspected, 0u);
   EXPECT_TRUE(recorder.events().empty());
+}
+
+// --- Property test: random DAGs against a brute-force model ------------------
+
+// The reference model, written independently of the library: the walk's
+// visited set by its own DFS, the routing rule spelled out, the events by
+// definition over sets.
+struct ReferenceGraph {
+  std::vector<std::vector<c10::Device>> inputs; // per node
+  std::vector<std::vector<int>> children; // per node, indices
+};
+
+std::pair<bool, bool> reference_events(
+    const ReferenceGraph& g,
+    const std::vector<NodePtr>& nodes,
+    int root,
+    uint64_t min_topo_nr) {
+  std::set<int> visited = {root};
+  std::vector<int> stack = {root};
+  while (!stack.empty()) {
+    const int n = stack.back();
+    stack.pop_back();
+    if (nodes[n]->topological_nr() < min_topo_nr) {
+      continue; // reached, not expanded
+    }
+    for (int child : g.children[n]) {
+      if (visited.insert(child).second) {
+        stack.push_back(child);
+      }
+    }
+  }
+  std::set<std::pair<int, int>> accelerators;
+  bool cpu = false;
+  for (int n : visited) {
+    const auto& devices = g.inputs[n];
+    if (devices.empty()) {
+      continue;
+    }
+    auto first = std::find_if(devices.begin(), devices.end(), [](c10::Device d) {
+      return d.type() != c10::DeviceType::CPU;
+    });
+    if (first == devices.end() || first->type() == c10::DeviceType::Meta ||
+        first->type() == c10::DeviceType::Lazy) {
+      cpu = true;
+    } else {
+      accelerators.insert({static_cast<int>(first->type()), first->index()});
+    }
+  }
+  return {accelerators.size() >= 2, !accelerators.empty() && cpu};
+}
+
+TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  std::mt19937 rng(20261130);
+  const std::array<c10::Device, 7> choices = {
+      cpu(), meta(), lazy(), cuda(0), cuda(1), xpu(0), xpu(1)};
+  // Most graphs: CPU-like devices only or one accelerator, so that the
+  // events fire late and the once-semantics are exercised across many graphs.
+  std::uniform_int_distribution<int> pick_device(0, 6);
+  std::uniform_int_distribution<int> pick_inputs(0, 3);
+  std::uniform_int_distribution<int> pick_size(1, 12);
+  std::bernoulli_distribution edge(0.3);
+  std::bernoulli_distribution rare_device(0.02);
+  uint8_t expected_emitted = 0;
+  int mismatches = 0;
+  int graphs_with_multi = 0;
+  int graphs_with_gpu_cpu = 0;
+  for (int graph = 0; graph < 100000; ++graph) {
+    ReferenceGraph g;
+    std::vector<NodePtr> nodes;
+    const int n = pick_size(rng);
+    for (int k = 0; k < n; ++k) {
+      std::vector<c10::Device> devices;
+      const int inputs = pick_inputs(rng);
+      for (int i = 0; i < inputs; ++i) {
+        // Mostly CPU-like and cuda:0; the other accelerators rarely.
+        int d = pick_device(rng) % 4;
+        if (rare_device(rng)) {
+          d = pick_device(rng);
+        }
+        devices.push_back(choices[d]);
+      }
+      NodePtr node = make_node({});
+      for (const auto& device : devices) {
+        add_device_input(*node, device);
+      }
+      std::vector<int> children;
+      for (int c = 0; c < k; ++c) {
+        if (edge(rng)) {
+          children.push_back(c);
+          connect(node, nodes[c]);
+        }
+      }
+      g.inputs.push_back(devices);
+      g.children.push_back(children);
+      nodes.push_back(node);
+    }
+    const int root = n - 1;
+    std::uniform_int_distribution<uint64_t> pick_min(0, nodes[root]->topological_nr());
+    const uint64_t min_topo_nr = pick_min(rng);
+
+    auto task = make_graph_task(nodes[root].get());
+    run_bound_compute_dependencies(nodes[root].get(), *task, min_topo_nr);
+    const auto [multi, gpu_cpu] = reference_events(g, nodes, root, min_topo_nr);
+    const uint8_t expected = (multi ? kMultiDeviceBackward : 0) | (gpu_cpu ? kGpuCpuBackward : 0);
+    // The classifier on what libtorch's walk built decides like the model...
+    const uint8_t decided =
+        census_backward_pass(nodes[root].get(), task->nodes_in_graph_).events();
+    const uint8_t early = classify_backward_pass(
+        nodes[root].get(), task->nodes_in_graph_, kAllBackwardDeviceEvents).events();
+    // ...and the library has emitted exactly the union so far.
+    expected_emitted |= expected;
+    graphs_with_multi += multi;
+    graphs_with_gpu_cpu += gpu_cpu;
+    if (decided != expected || early != expected ||
+        device_logging_status().events_emitted != expected_emitted) {
+      ++mismatches;
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(expected_emitted, kAllBackwardDeviceEvents);
+  // The random graphs cover both answers of both questions.
+  EXPECT_GT(graphs_with_multi, 100);
+  EXPECT_LT(graphs_with_multi, 90000);
+  EXPECT_GT(graphs_with_gpu_cpu, 100);
+  EXPECT_LT(graphs_with_gpu_cpu, 90000);
+  EXPECT_EQ(recorder.count(kMulti), 1u);
+  EXPECT_EQ(recorder.count(kGpuCpu), 1u);
 }
 
 TEST(DeviceStats, CpuOnlyProcessCountsPassesWithoutReadingNodes) {
