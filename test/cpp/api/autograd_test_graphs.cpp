@@ -146,8 +146,9 @@ namespace {
 constexpr const char* kSymbol =
     "_ZN5torch8autograd6Engine20compute_dependenciesEPNS0_4NodeERNS0_9GraphTaskEm";
 
+// Resolved once: the binding does not change within a process.
 void* bound_compute_dependencies() {
-  void* fn = dlsym(RTLD_DEFAULT, kSymbol);
+  static void* const fn = dlsym(RTLD_DEFAULT, kSymbol);
   if (fn == nullptr) {
     throw std::runtime_error("Engine::compute_dependencies not found");
   }

@@ -51,18 +51,20 @@ constexpr const char* kComputeDependenciesSymbol =
 
 // Note [Device logging state]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// `state` holds one bit per BackwardDeviceEvent that needs no further
+// detail::state holds one bit per BackwardDeviceEvent that needs no further
 // inspection (the event was emitted, or the library is disabled), a bit for
-// the opt-in statistics, and a bit for "disabled". Every pass starts with one
-// relaxed load of it; when it is exactly "both events done" (statistics off,
-// not disabled), the pass inspects nothing. Relaxed ordering is enough: a
-// pass that reads a stale value merely inspects nodes once more and then
-// loses the fetch_or race, which still emits each event exactly once.
-constexpr uint8_t kStatsEnabled = 1u << 2;
-constexpr uint8_t kDisabled = 1u << 3;
-std::atomic<uint8_t> state{0};
+// the opt-in statistics, one for "disabled" and one for "the hook has run".
+// After libtorch's walk, engine.cpp does one relaxed load of it; when it is
+// exactly kNothingLeftToLog (both events done, the hook has run, statistics
+// off, not disabled), the pass ends there. Relaxed ordering is enough: a pass
+// that reads a stale value merely inspects nodes once more and then loses the
+// fetch_or race, which still emits each event exactly once.
+using detail::state;
+constexpr uint8_t kStatsEnabled = detail::kStateStatsEnabled;
+constexpr uint8_t kDisabled = detail::kStateDisabled;
+static_assert(detail::kStateMultiDeviceDone == kMultiDeviceBackward);
+static_assert(detail::kStateGpuCpuDone == kGpuCpuBackward);
 std::atomic<uint8_t> events_emitted{0};
-std::atomic<bool> hook_has_run{false};
 std::atomic<uint64_t> nodes_inspected{0};
 // Set once, before disable() marks the state disabled; never freed.
 std::atomic<const char*> disabled_reason{nullptr};
@@ -228,7 +230,9 @@ void check_at_load() noexcept {
     if (stats_env != nullptr && std::strcmp(stats_env, "1") == 0) {
       enable_backward_device_stats(true);
     }
-    if (libtorch_compute_dependencies() == nullptr) {
+    detail::libtorch_compute_dependencies =
+        resolve_libtorch_compute_dependencies();
+    if (detail::libtorch_compute_dependencies == nullptr) {
       disable(
           "libtorch's torch::autograd::Engine::compute_dependencies was not "
           "found.");
@@ -335,18 +339,22 @@ void print_stats_at_exit() {
 
 } // namespace
 
-ComputeDependenciesFn libtorch_compute_dependencies() noexcept {
-  static const ComputeDependenciesFn fn =
-      resolve_libtorch_compute_dependencies();
-  return fn;
-}
+namespace detail {
+ComputeDependenciesFn libtorch_compute_dependencies = nullptr;
+std::atomic<uint8_t> state{0};
+} // namespace detail
 
 void log_backward_devices(const Node* root, const GraphTask& task) noexcept {
-  if (!hook_has_run.load(std::memory_order_relaxed)) {
-    hook_has_run.store(true, std::memory_order_relaxed);
+  uint8_t current = state.load(std::memory_order_relaxed);
+  if (!(current & detail::kStateHookHasRun)) {
+    current = state.fetch_or(detail::kStateHookHasRun, std::memory_order_relaxed) |
+        detail::kStateHookHasRun;
   }
-  const uint8_t current = state.load(std::memory_order_relaxed);
-  if (current == kAllBackwardDeviceEvents || (current & kDisabled)) {
+  if ((current & kAllBackwardDeviceEvents) == kAllBackwardDeviceEvents &&
+      !(current & kStatsEnabled)) {
+    return;
+  }
+  if (current & kDisabled) {
     return;
   }
   const uint8_t pending = kAllBackwardDeviceEvents & ~current;
@@ -423,7 +431,8 @@ std::string format_backward_device_stats(const BackwardDeviceStats& stats) {
 
 DeviceLoggingStatus device_logging_status() {
   DeviceLoggingStatus status;
-  status.hook_has_run = hook_has_run.load(std::memory_order_relaxed);
+  status.hook_has_run =
+      state.load(std::memory_order_relaxed) & detail::kStateHookHasRun;
   status.events_emitted = events_emitted.load(std::memory_order_relaxed);
   status.nodes_inspected = nodes_inspected.load(std::memory_order_relaxed);
   if (const char* reason = disabled_reason.load(std::memory_order_acquire)) {

@@ -22,6 +22,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -48,8 +49,9 @@ void Engine::compute_dependencies(
       "Engine::compute_dependencies changed its signature");
   static_assert(std::is_same_v<uint64_t, unsigned long>);
 
+  namespace detail = device_logging::detail;
   const device_logging::ComputeDependenciesFn libtorch_fn =
-      device_logging::libtorch_compute_dependencies();
+      detail::libtorch_compute_dependencies;
   // Without libtorch's definition there is nothing to forward to; failing the
   // backward with a clear error beats computing no dependencies.
   TORCH_CHECK(
@@ -57,7 +59,12 @@ void Engine::compute_dependencies(
       "autograd_device_logging: libtorch's Engine::compute_dependencies "
       "could not be found; remove the library from this process.");
   libtorch_fn(this, root, task, min_topo_nr);
-  device_logging::log_backward_devices(root, task);
+  // Once both events fired (and statistics are off), this load and compare
+  // are all a pass costs; see Note [Device logging state].
+  if (detail::state.load(std::memory_order_relaxed) !=
+      detail::kNothingLeftToLog) {
+    device_logging::log_backward_devices(root, task);
+  }
 }
 
 } // namespace torch::autograd
