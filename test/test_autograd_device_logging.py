@@ -61,6 +61,12 @@ def autograd_events(stderr):
     ]
 
 
+def require_built(test, *paths):
+    for path in paths:
+        if not os.path.exists(path):
+            test.fail(f"{path} is missing: build the project first (README)")
+
+
 class ChildResult:
     def __init__(self, proc):
         self.returncode = proc.returncode
@@ -112,8 +118,7 @@ def run_code(code, **kwargs):
 class TestAutogradDeviceLogging(TestCase):
     def setUp(self):
         super().setUp()
-        if not os.path.exists(LIBRARY):
-            self.fail(f"{LIBRARY} is missing: build the project first (README)")
+        require_built(self, LIBRARY)
         self.tmp = tempfile.TemporaryDirectory()
         self.addCleanup(self.tmp.cleanup)
 
@@ -331,9 +336,7 @@ class TestWithTestAccelerator(TestCase):
 
     def setUp(self):
         super().setUp()
-        for path in (LIBRARY, ACCELERATOR_LIBRARY):
-            if not os.path.exists(path):
-                self.fail(f"{path} is missing: build the project first (README)")
+        require_built(self, LIBRARY, ACCELERATOR_LIBRARY)
 
     def run_scenario(self, code, expect_success=True):
         result = run_code(WITH_TEST_ACCELERATOR + textwrap.dedent(code) + STATUS_JSON)
@@ -512,9 +515,7 @@ class TestDeviceStats(TestCase):
 
     def setUp(self):
         super().setUp()
-        for path in (LIBRARY, ACCELERATOR_LIBRARY):
-            if not os.path.exists(path):
-                self.fail(f"{path} is missing: build the project first (README)")
+        require_built(self, LIBRARY, ACCELERATOR_LIBRARY)
 
     def test_off_by_default(self):
         result = run_code(WITH_TEST_ACCELERATOR + ONE_PASS_OF_EACH_CLASS + STATS_JSON)
@@ -690,8 +691,7 @@ class TestOnCuda(TestCase):
 
     def setUp(self):
         super().setUp()
-        if not os.path.exists(LIBRARY):
-            self.fail(f"{LIBRARY} is missing: build the project first (README)")
+        require_built(self, LIBRARY)
         self.tmp = tempfile.TemporaryDirectory()
         self.addCleanup(self.tmp.cleanup)
 
