@@ -33,6 +33,19 @@ c10::Device cuda(c10::DeviceIndex index) {
   return c10::Device(c10::DeviceType::CUDA, index);
 }
 
+TEST(Cuda, InputStreamDevicesAreTheMetadataDevices) {
+  // Note [Reading an input's device through its stream], on CUDA inputs.
+  REQUIRE_CUDA_DEVICES(1);
+  const c10::DeviceIndex last =
+      static_cast<c10::DeviceIndex>(torch::cuda::device_count() - 1);
+  auto x = torch::arange(1.0, 5.0).requires_grad_();
+  auto y = torch::arange(1.0, 5.0, torch::device(cuda(last))).requires_grad_();
+  auto z = ((x.to(cuda(0)) * 2).to(cuda(last)) * y).cpu().sum();
+  size_t inputs_read = 0;
+  EXPECT_EQ(testing::count_inputs_whose_stream_device_differs(z, &inputs_read), 0u);
+  EXPECT_GE(inputs_read, 6u);
+}
+
 TEST(Cuda, DeviceAndCpuGiveGpuCpuOnly) {
   REQUIRE_CUDA_DEVICES(1);
   ApiUsageRecorder recorder;

@@ -41,6 +41,16 @@ TEST(TestAccelerator, HasTwoDevicesThatHoldData) {
   EXPECT_TRUE(torch::equal(b.cpu(), torch::arange(6.0).view({2, 3}) * 2));
 }
 
+TEST(TestAccelerator, InputStreamDevicesAreTheMetadataDevices) {
+  // Note [Reading an input's device through its stream], on a mixed graph.
+  auto x = torch::ones({3}, torch::requires_grad());
+  auto y = leaf(kDevice1, 3);
+  auto z = ((x.to(kDevice0) * 2).to(kDevice1) * y).cpu().sum();
+  size_t inputs_read = 0;
+  EXPECT_EQ(testing::count_inputs_whose_stream_device_differs(z, &inputs_read), 0u);
+  EXPECT_GE(inputs_read, 6u);
+}
+
 TEST(EndToEnd, DeviceAndCpuGiveGpuCpuOnly) {
   ApiUsageRecorder recorder;
   auto x = torch::ones({3}, torch::requires_grad());

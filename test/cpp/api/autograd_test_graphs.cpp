@@ -11,6 +11,8 @@
 #include <mutex>
 #include <stdexcept>
 #include <type_traits>
+#include <unordered_set>
+#include <vector>
 
 namespace torch::autograd {
 
@@ -210,6 +212,37 @@ std::vector<std::string> ApiUsageRecorder::events() const {
 size_t ApiUsageRecorder::count(const std::string& event) const {
   const auto all = events();
   return static_cast<size_t>(std::count(all.begin(), all.end(), event));
+}
+
+size_t count_inputs_whose_stream_device_differs(
+    const at::Tensor& output,
+    size_t* inputs_read) {
+  size_t differing = 0;
+  *inputs_read = 0;
+  std::vector<Node*> stack;
+  std::unordered_set<Node*> seen;
+  if (output.grad_fn()) {
+    stack.push_back(output.grad_fn().get());
+    seen.insert(stack.back());
+  }
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (uint32_t i = 0; i < node->num_inputs(); ++i) {
+      const InputMetadata& metadata = node->input_metadata(i);
+      ++*inputs_read;
+      if (metadata.stream().device() != metadata.device()) {
+        ++differing;
+      }
+    }
+    for (const Edge& edge : node->next_edges()) {
+      Node* next = edge.function.get();
+      if (next != nullptr && seen.insert(next).second) {
+        stack.push_back(next);
+      }
+    }
+  }
+  return differing;
 }
 
 c10::Device cpu() {

@@ -71,6 +71,14 @@ class ApiUsageRecorder {
   size_t count(const std::string& event) const;
 };
 
+// Walks the graph of `output` (every node reachable from its grad_fn) and
+// returns how many inputs' stream device differs from their metadata device
+// (Note [Reading an input's device through its stream]); `*inputs_read` gets
+// how many inputs were compared.
+size_t count_inputs_whose_stream_device_differs(
+    const at::Tensor& output,
+    size_t* inputs_read);
+
 c10::Device cpu();
 c10::Device cuda(c10::DeviceIndex index);
 c10::Device xpu(c10::DeviceIndex index);

@@ -49,72 +49,140 @@ constexpr bool runs_on_cpu_ready_queue(c10::DeviceType type) noexcept {
       type == c10::DeviceType::Lazy;
 }
 
-// Where the engine would run `node`: a CPU device for nodes routed to the CPU
-// ready queue, the accelerator device otherwise, and nullopt for a node with
-// no input metadata (it takes no gradient, so it carries no device signal).
-inline std::optional<c10::Device> routed_device(const Node& node) noexcept {
+// Note [Reading an input's device through its stream]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// InputMetadata::device() answers through TensorOptions::device(), which
+// builds std::optional temporaries; GCC keeps them in memory (it does not
+// scalarize the optional's union), so every input read costs about ten dead
+// stack stores, a third of the classifier's per-node cost. Every
+// InputMetadata constructor sets its stream from the guard of the same
+// device (a default-constructed one: the CPU's default stream), so the
+// stream's device is that device, read as two plain bytes. The unit tests pin
+// that equality for CPU, Meta, the test accelerator and (on machines with
+// NVIDIA GPUs) CUDA tensors.
+inline c10::Device input_device(const Node& node, uint32_t input_nr) noexcept {
+  return node.input_metadata(input_nr).stream().device();
+}
+
+// Where the engine would queue a node (Note [Where the engine runs a node]).
+enum class NodeQueue : uint8_t {
+  kNone, // no input metadata: the node takes no gradient, no device signal
+  kCpu, // the CPU ready queue
+  kAccelerator, // the ready queue of one accelerator device
+};
+
+// The queue the engine would pick for `node`; for kAccelerator, `*device` is
+// set to that accelerator device.
+inline NodeQueue routed_queue(const Node& node, c10::Device* device) noexcept {
   const uint32_t num_inputs = node.num_inputs();
   if (num_inputs == 0) {
-    return std::nullopt;
+    return NodeQueue::kNone;
   }
   for (uint32_t i = 0; i < num_inputs; ++i) {
     // Placeholders for unused inputs are default-constructed metadata whose
     // device is the CPU, so they never win, as undefined gradients never do
     // in the engine's input buffer.
-    const c10::Device device = node.input_metadata(i).device();
-    if (device.type() != c10::DeviceType::CPU) {
-      return runs_on_cpu_ready_queue(device.type())
-          ? c10::Device(c10::DeviceType::CPU)
-          : device;
+    const c10::Device input = input_device(node, i);
+    if (input.type() != c10::DeviceType::CPU) {
+      if (runs_on_cpu_ready_queue(input.type())) {
+        return NodeQueue::kCpu;
+      }
+      *device = input;
+      return NodeQueue::kAccelerator;
     }
   }
-  return c10::Device(c10::DeviceType::CPU);
+  return NodeQueue::kCpu;
+}
+
+// Where the engine would run `node`: a CPU device for nodes routed to the CPU
+// ready queue, the accelerator device otherwise, and nullopt for a node with
+// no input metadata (it takes no gradient, so it carries no device signal).
+inline std::optional<c10::Device> routed_device(const Node& node) noexcept {
+  c10::Device device(c10::DeviceType::CPU);
+  switch (routed_queue(node, &device)) {
+    case NodeQueue::kNone:
+      return std::nullopt;
+    case NodeQueue::kCpu:
+      return c10::Device(c10::DeviceType::CPU);
+    case NodeQueue::kAccelerator:
+      return device;
+  }
+  return std::nullopt;
 }
 
 // What a backward pass's nodes have shown so far. Holds no container: two
 // distinct accelerators already decide "two or more", so the first one seen
 // and a flag for any other are all the multi-device question needs.
 struct PassDeviceSummary {
-  std::optional<c10::Device> first_accelerator;
+  // Meaningful only when has_accelerator is set.
+  c10::Device first_accelerator{c10::DeviceType::CPU};
+  bool has_accelerator = false;
   bool has_other_accelerator = false;
   bool has_cpu_node = false;
-  // Nodes whose metadata was read (the root counts when it was read).
+  // Node reads (the root counts when it was read).
   uint64_t nodes_inspected = 0;
 
   // The events this summary decides to be true.
   uint8_t events() const noexcept {
-    uint8_t events = kNoBackwardDeviceEvent;
-    if (has_other_accelerator) {
-      events |= kMultiDeviceBackward;
+    return (has_other_accelerator ? kMultiDeviceBackward : 0) |
+        (has_accelerator && has_cpu_node ? kGpuCpuBackward : 0);
+  }
+
+  // Folds a node that the engine would queue on `queue` (and `device`, for an
+  // accelerator queue) into the summary; returns whether the summary changed.
+  // Almost every node changes nothing: a CPU node after the first, the first
+  // accelerator again.
+  bool add_routed(NodeQueue queue, c10::Device device) noexcept {
+    switch (queue) {
+      case NodeQueue::kNone:
+        return false;
+      case NodeQueue::kCpu:
+        if (has_cpu_node) {
+          return false;
+        }
+        has_cpu_node = true;
+        return true;
+      case NodeQueue::kAccelerator:
+        if (!has_accelerator) {
+          first_accelerator = device;
+          has_accelerator = true;
+          return true;
+        }
+        if (has_other_accelerator || device == first_accelerator) {
+          return false;
+        }
+        has_other_accelerator = true;
+        return true;
     }
-    if (first_accelerator.has_value() && has_cpu_node) {
-      events |= kGpuCpuBackward;
-    }
-    return events;
+    return false;
   }
 
   // Folds one node into the summary.
   void add(const Node& node) noexcept {
     ++nodes_inspected;
-    const std::optional<c10::Device> device = routed_device(node);
-    if (!device.has_value()) {
-      return;
-    }
-    if (device->is_cpu()) {
-      has_cpu_node = true;
-    } else if (!first_accelerator.has_value()) {
-      first_accelerator = device;
-    } else if (*device != *first_accelerator) {
-      has_other_accelerator = true;
-    }
+    c10::Device device(c10::DeviceType::CPU);
+    const NodeQueue queue = routed_queue(node, &device);
+    add_routed(queue, device);
   }
 };
 
+// Note [Keeping the per-node cost of classification low]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Until its events fired, the classifier reads every node of every pass whose
+// question stays open (any CPU-only pass in a process with an accelerator,
+// for the multi-device question), so its per-node cost is paid on each
+// backward. Almost every node repeats what the summary already holds, so the
+// loop keeps its counters in locals and re-evaluates the decision only when a
+// node changes the summary. The root is read first and not looked for in
+// `nodes`: a root that also appears there is read twice, which changes no
+// decision (folding is idempotent), only nodes_inspected; the engine's walk
+// never puts the root into nodes_in_graph_.
+
 // Classifies one backward pass: `root` plus every node in `nodes` (the set the
-// dependency walk visited; `root` may or may not be in it and is read once).
-// Only the events in `wanted` matter: reading stops as soon as every one of
-// them is decided to be true. Whether an event holds never depends on the
-// order of `nodes`; only how many nodes were read before stopping does.
+// dependency walk visited). Only the events in `wanted` matter: reading stops
+// as soon as every one of them is decided to be true. Whether an event holds
+// never depends on the order of `nodes`; only how many nodes were read before
+// stopping does.
 template <typename NodeRange>
 PassDeviceSummary classify_backward_pass(
     const Node* root,
@@ -126,16 +194,20 @@ PassDeviceSummary classify_backward_pass(
     return summary;
   }
   if (root != nullptr) {
+    // One node routes to one queue, so the root alone decides no event.
     summary.add(*root);
   }
+  uint64_t inspected = 0;
   for (const Node* node : nodes) {
-    if ((summary.events() & wanted) == wanted) {
+    ++inspected;
+    c10::Device device(c10::DeviceType::CPU);
+    const NodeQueue queue = routed_queue(*node, &device);
+    if (summary.add_routed(queue, device) &&
+        (summary.events() & wanted) == wanted) {
       break;
     }
-    if (node != root) {
-      summary.add(*node);
-    }
   }
+  summary.nodes_inspected += inspected;
   return summary;
 }
 
@@ -162,17 +234,18 @@ struct PassDeviceCensus {
 
   void add(const Node& node) noexcept {
     ++nodes_inspected;
-    const std::optional<c10::Device> device = routed_device(node);
-    if (!device.has_value()) {
+    c10::Device device(c10::DeviceType::CPU);
+    const NodeQueue queue = routed_queue(node, &device);
+    if (queue == NodeQueue::kNone) {
       return;
     }
-    if (device->is_cpu()) {
+    if (queue == NodeQueue::kCpu) {
       has_cpu_node = true;
       return;
     }
     const uint16_t key = static_cast<uint16_t>(
-        (static_cast<uint16_t>(device->type()) << 8) |
-        static_cast<uint8_t>(device->index()));
+        (static_cast<uint16_t>(device.type()) << 8) |
+        static_cast<uint8_t>(device.index()));
     for (int i = 0; i < num_accelerators; ++i) {
       if (accelerators[i] == key) {
         return;
