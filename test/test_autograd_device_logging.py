@@ -486,6 +486,122 @@ class TestWithTestAccelerator(TestCase):
         self.assertIn("GRAD [5.0, 5.0, 5.0, 5.0]", result.stdout)
         self.assertEqual(result.events, [])
 
+    def test_classifier_fault_disables_once_and_backward_is_unchanged(self):
+        # The test seam makes every classification throw a c10::Error; with
+        # Python warnings turned into errors, the library must still only
+        # disable itself, warn once on stderr, and leave every gradient alone.
+        result = self.run_scenario(
+            """
+            import ctypes, warnings
+            lib = ctypes.CDLL(autograd_device_logging.library_path())
+            assert lib.autograd_device_logging_inject_classifier_fault_for_testing(1) == 0
+            warnings.simplefilter("error")
+            for _ in range(5):
+                x = torch.arange(1.0, 5.0, requires_grad=True)
+                ((x.to(d0) * x.to(d0)).sum() + (x.to(d1) * 3).sum().to(d0)).backward()
+                assert torch.equal(x.grad, 2 * torch.arange(1.0, 5.0) + 3), x.grad
+            lib.autograd_device_logging_inject_classifier_fault_for_testing(0)
+            x = torch.arange(1.0, 5.0, requires_grad=True)
+            ((x.to(d0) * x.to(d0)).sum() + (x.to(d1) * 3).sum().to(d0)).backward()
+            print("GRADS_OK")
+            """
+        )
+        self.assertIn("GRADS_OK", result.stdout)
+        self.assertEqual(result.events, [])
+        self.assertEqual(result.stderr.count("autograd_device_logging is disabled"), 1, result.stderr)
+        self.assertIn("injected classifier fault", result.status["disabled_reason"])
+        self.assertNotIn("Exception raised from", result.status["disabled_reason"])
+        self.assertEqual(result.status["nodes_inspected"], 0)
+
+    def test_fork_after_both_fired_child_keeps_once_semantics(self):
+        # The child inherits the fired state: it must not log again, inspect
+        # nothing, and finish (an alarm turns a deadlock into a failure).
+        # Whether its own backward may run is libtorch's rule: it refuses
+        # autograd in a child forked after its device threads started.
+        result = self.run_scenario(
+            """
+            import os, signal
+            a = torch.ones(4, requires_grad=True)
+            ((a.to(d0) * 2).sum() + (a.to(d1) * 3).sum().to(d0)).backward()
+            assert len(autograd_device_logging.status().events_emitted) == 2
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(60)
+                before = autograd_device_logging.status()
+                outcomes = []
+                for dev in ("cpu", d0, d1):
+                    x = torch.ones(3, requires_grad=True)
+                    try:
+                        ((x.to(dev) * 2).sum() + x.sum()).backward()
+                        good = torch.equal(x.grad, torch.full((3,), 3.0))
+                        outcomes.append("ran" if good else "wrong-gradient")
+                    except RuntimeError as e:
+                        outcomes.append("refused-by-torch" if "fork" in str(e) else repr(e))
+                after = autograd_device_logging.status()
+                print("CHILD_EVENTS", len(after.events_emitted), flush=True)
+                print("CHILD_INSPECTED", after.nodes_inspected - before.nodes_inspected, flush=True)
+                print("CHILD_OUTCOMES", ",".join(outcomes), flush=True)
+                os._exit(0)
+            _, code = os.waitpid(pid, 0)
+            print("CHILD_EXIT", code)
+            """
+        )
+        self.assertIn("CHILD_EXIT 0", result.stdout, result.stderr)
+        self.assertIn("CHILD_EVENTS 2", result.stdout)
+        self.assertIn("CHILD_INSPECTED 0", result.stdout)
+        outcomes = result.stdout.split("CHILD_OUTCOMES ")[1].split()[0].split(",")
+        self.assertEqual(len(outcomes), 3)
+        for outcome in outcomes:
+            self.assertIn(outcome, ("ran", "refused-by-torch"), result.stdout)
+        # One line per event for both processes together.
+        self.assertEqual(sorted(result.events), sorted(EVENTS))
+
+    def test_fork_before_any_event_each_process_logs_once(self):
+        # Forked before any event fired, parent and child each log each event
+        # once for their own passes. The fork comes before any backward and
+        # the test accelerator is loaded after it: libtorch sizes its device
+        # queues at the first backward and refuses autograd in a child forked
+        # after its device threads started.
+        with tempfile.TemporaryDirectory() as tmp:
+            child_stderr = os.path.join(tmp, "child.stderr")
+            result = run_code(
+                f"""
+                import autograd_device_logging, os, signal, sys
+                sys.path.insert(0, {TEST_DIR!r})
+                import torch
+                import autograd_test_accelerator
+                x = torch.ones(3, requires_grad=True)
+                y = (x * 2).sum()
+
+                def both_events_twice():
+                    d0, d1 = autograd_test_accelerator.load()
+                    for _ in range(2):
+                        a = torch.ones(4, requires_grad=True)
+                        ((a.to(d0) * 2).sum() + (a.to(d1) * 3).sum().to(d0)).backward()
+                        assert torch.equal(a.grad, torch.full((4,), 5.0))
+                    return len(autograd_device_logging.status().events_emitted)
+
+                pid = os.fork()
+                if pid == 0:
+                    signal.alarm(60)
+                    fd = os.open({child_stderr!r}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                    os.dup2(fd, 2)
+                    print("CHILD_EVENTS", both_events_twice(), flush=True)
+                    os._exit(0)
+                _, code = os.waitpid(pid, 0)
+                print("CHILD_EXIT", code)
+                print("PARENT_EVENTS", both_events_twice())
+                """
+            )
+            with open(child_stderr) as f:
+                child_events = autograd_events(f.read())
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("CHILD_EXIT 0", result.stdout, result.stderr)
+        self.assertIn("CHILD_EVENTS 2", result.stdout)
+        self.assertIn("PARENT_EVENTS 2", result.stdout)
+        self.assertEqual(sorted(child_events), sorted(EVENTS))
+        self.assertEqual(sorted(result.events), sorted(EVENTS))
+
 
 ONE_PASS_OF_EACH_CLASS = """
 x = torch.ones(2, requires_grad=True)

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -150,6 +151,99 @@ TEST(EndToEnd, SixteenThreadsThousandPassesEachEventOnceGradientsRight) {
   EXPECT_EQ(recorder.count(kMulti), 1u);
   EXPECT_EQ(recorder.count(kGpuCpu), 1u);
   EXPECT_EQ(recorder.events().size(), 2u);
+}
+
+// --- A failing classifier ------------------------------------------------------
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + what.size())) {
+    ++count;
+  }
+  return count;
+}
+
+// A mixed pass (CPU, testaccel:0 and testaccel:1) whose gradient is checked.
+void run_mixed_pass_and_check_gradient() {
+  auto x = torch::arange(1.0, 5.0).requires_grad_();
+  ((x.to(kDevice0) * x.to(kDevice0)).sum() +
+   (x.to(kDevice1) * 3).sum().to(kDevice0))
+      .backward();
+  EXPECT_TRUE(torch::equal(x.grad(), 2 * torch::arange(1.0, 5.0) + 3));
+}
+
+// Injects `fault` through the test seam: the first classified pass must
+// disable the library with one warning naming `reason`, every pass must
+// compute the same gradients, and nothing may be classified or emitted
+// afterwards, also once the fault is gone.
+void expect_fault_disables_the_library_once(
+    ClassifierFaultForTesting fault,
+    const std::string& reason) {
+  ApiUsageRecorder recorder;
+  set_classifier_fault_for_testing(fault);
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 5; ++i) {
+    run_mixed_pass_and_check_gradient();
+  }
+  const std::string stderr_text = ::testing::internal::GetCapturedStderr();
+  set_classifier_fault_for_testing(nullptr);
+  EXPECT_EQ(occurrences(stderr_text, "autograd_device_logging is disabled"), 1u)
+      << stderr_text;
+  EXPECT_EQ(occurrences(stderr_text, reason), 1u) << stderr_text;
+  const DeviceLoggingStatus status = device_logging_status();
+  EXPECT_NE(status.disabled_reason.find(reason), std::string::npos)
+      << status.disabled_reason;
+  EXPECT_EQ(status.nodes_inspected, 0u);
+  EXPECT_EQ(status.events_emitted, 0);
+  run_mixed_pass_and_check_gradient();
+  EXPECT_TRUE(recorder.events().empty());
+  EXPECT_EQ(device_logging_status().nodes_inspected, 0u);
+}
+
+TEST(ClassifierFault, TorchErrorDisablesOnceAndBackwardIsUnchanged) {
+  expect_fault_disables_the_library_once(
+      [] { TORCH_CHECK(false, "injected torch error"); }, "injected torch error");
+}
+
+TEST(ClassifierFault, BadAllocDisablesOnceAndBackwardIsUnchanged) {
+  expect_fault_disables_the_library_once(
+      [] { throw std::bad_alloc(); }, "classifying a backward pass failed: std::bad_alloc");
+}
+
+TEST(ClassifierFault, NonStdExceptionDisablesOnceAndBackwardIsUnchanged) {
+  expect_fault_disables_the_library_once(
+      [] { throw 42; }, "classifying a backward pass failed.");
+}
+
+TEST(ClassifierFault, SixteenThreadsFailingAtOnceWarnOnce) {
+  ApiUsageRecorder recorder;
+  set_classifier_fault_for_testing([] { TORCH_CHECK(false, "injected under load"); });
+  ::testing::internal::CaptureStderr();
+  std::atomic<int> wrong_gradients{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&wrong_gradients] {
+      for (int i = 0; i < 50; ++i) {
+        auto x = torch::arange(1.0, 5.0).requires_grad_();
+        ((x.to(kDevice0) * x.to(kDevice0)).sum() +
+         (x.to(kDevice1) * 3).sum().to(kDevice0))
+            .backward();
+        if (!torch::equal(x.grad(), 2 * torch::arange(1.0, 5.0) + 3)) {
+          ++wrong_gradients;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  const std::string stderr_text = ::testing::internal::GetCapturedStderr();
+  set_classifier_fault_for_testing(nullptr);
+  EXPECT_EQ(wrong_gradients.load(), 0);
+  EXPECT_EQ(occurrences(stderr_text, "autograd_device_logging is disabled"), 1u)
+      << stderr_text;
+  EXPECT_TRUE(recorder.events().empty());
 }
 
 // --- Per-pass statistics ------------------------------------------------------

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/engine.h>
 
 #include <torch/csrc/autograd/backward_device_classifier.h>
+#include <torch/csrc/autograd/device_logging.h>
 #include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/graph_task.h>
 
@@ -22,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 
 #ifdef AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH_OVERRIDE
@@ -72,11 +74,15 @@ std::atomic<const char*> disabled_reason{nullptr};
 // Emits warnings to stderr through c10's default handler even when a thread
 // local handler (Python's, which may turn warnings into errors) is installed:
 // a message from this library must never fail a backward pass.
-void warn_once_to_stderr(const std::string& message) noexcept {
+// Each caller runs at most once per process (the load-time checks, and
+// disable(), which only the first reason gets through), so every distinct
+// message is printed once; a TORCH_WARN_ONCE here would print only the first
+// of them.
+void warn_to_stderr(const std::string& message) noexcept {
   try {
     static c10::WarningHandler stderr_handler;
     c10::WarningUtils::WarningHandlerGuard guard(&stderr_handler);
-    TORCH_WARN_ONCE(message);
+    TORCH_WARN(message);
   } catch (...) {
   }
 }
@@ -90,7 +96,7 @@ void disable(const std::string& reason) noexcept {
       return;
     }
     state.fetch_or(kAllBackwardDeviceEvents | kDisabled, std::memory_order_release);
-    warn_once_to_stderr(
+    warn_to_stderr(
         "autograd_device_logging is disabled: " + reason +
         " Backward passes are unaffected; only the device logging is off.");
   } catch (...) {
@@ -252,7 +258,7 @@ void check_at_load() noexcept {
     void* first = dlsym(RTLD_DEFAULT, kComputeDependenciesSymbol);
     const std::string first_path = object_path_of(first);
     if (first != nullptr && first_path != this_library_path()) {
-      warn_once_to_stderr(
+      warn_to_stderr(
           "autograd_device_logging is loaded, but the first "
           "Engine::compute_dependencies in lookup order is the one in " +
           first_path +
@@ -339,6 +345,10 @@ void print_stats_at_exit() {
 
 } // namespace
 
+namespace {
+std::atomic<ClassifierFaultForTesting> classifier_fault_for_testing{nullptr};
+} // namespace
+
 namespace detail {
 ComputeDependenciesFn libtorch_compute_dependencies = nullptr;
 std::atomic<uint8_t> state{0};
@@ -366,6 +376,10 @@ void log_backward_devices(const Node* root, const GraphTask& task) noexcept {
       }
       return;
     }
+    if (const ClassifierFaultForTesting fault =
+            classifier_fault_for_testing.load(std::memory_order_relaxed)) {
+      fault();
+    }
     if (stats) {
       const PassDeviceCensus census =
           census_backward_pass(root, task.nodes_in_graph_);
@@ -380,11 +394,20 @@ void log_backward_devices(const Node* root, const GraphTask& task) noexcept {
     nodes_inspected.fetch_add(
         summary.nodes_inspected, std::memory_order_relaxed);
     emit(summary.events() & pending);
+  } catch (const c10::Error& e) {
+    // Without the C++ backtrace that what() appends: one line is enough.
+    disable(
+        std::string("classifying a backward pass failed: ") +
+        e.what_without_backtrace());
   } catch (const std::exception& e) {
     disable(std::string("classifying a backward pass failed: ") + e.what());
   } catch (...) {
     disable("classifying a backward pass failed.");
   }
+}
+
+void set_classifier_fault_for_testing(ClassifierFaultForTesting fault) noexcept {
+  classifier_fault_for_testing.store(fault, std::memory_order_relaxed);
 }
 
 void enable_backward_device_stats(bool enabled) {
@@ -467,6 +490,27 @@ const char* autograd_device_logging_disabled_reason(void) {
 
 const char* autograd_device_logging_built_for_torch(void) {
   return AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH;
+}
+
+int autograd_device_logging_inject_classifier_fault_for_testing(int kind) {
+  using device_logging::set_classifier_fault_for_testing;
+  switch (kind) {
+    case 0:
+      set_classifier_fault_for_testing(nullptr);
+      return 0;
+    case 1:
+      set_classifier_fault_for_testing(
+          [] { TORCH_CHECK(false, "injected classifier fault"); });
+      return 0;
+    case 2:
+      set_classifier_fault_for_testing([] { throw std::bad_alloc(); });
+      return 0;
+    case 3:
+      set_classifier_fault_for_testing([] { throw 42; });
+      return 0;
+    default:
+      return -1;
+  }
 }
 
 int autograd_device_logging_stats(uint64_t out[5]) {

@@ -32,6 +32,15 @@ struct DeviceLoggingStatus {
 
 AUTOGRAD_DEVICE_LOGGING_API DeviceLoggingStatus device_logging_status();
 
+// Test seam. While set, `fault` is called inside the classifier's error guard
+// just before each pass is classified, so a test can make classification fail
+// (throw anything) and check that the library disables itself with one
+// warning and leaves the backward pass alone. nullptr removes it. Costs one
+// relaxed load per classified pass; not meant for production code.
+using ClassifierFaultForTesting = void (*)();
+AUTOGRAD_DEVICE_LOGGING_API void set_classifier_fault_for_testing(
+    ClassifierFaultForTesting fault) noexcept;
+
 } // namespace torch::autograd::device_logging
 
 extern "C" {
@@ -42,4 +51,9 @@ AUTOGRAD_DEVICE_LOGGING_API uint64_t autograd_device_logging_nodes_inspected(voi
 AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_disabled_reason(void);
 AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_built_for_torch(void);
 AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_running_torch(void);
+// The test seam above for ctypes: kind 0 removes the fault, 1 throws a
+// c10::Error, 2 std::bad_alloc, 3 an exception of no std type. Returns 0, or
+// -1 for an unknown kind (then nothing changes).
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_inject_classifier_fault_for_testing(
+    int kind);
 }
