@@ -30,6 +30,9 @@ OTHER_TORCH_LIBRARY = os.path.join(
     BUILD_DIR, "test", "for_other_torch", "libautograd_device_logging.so"
 )
 EVENTS = ("torch.autograd.multidevice_backward", "torch.autograd.gpu_cpu_backward")
+# Set by `tools/run_sanitizers.sh address` to the ASan runtime, which has to
+# come first in every child that loads the instrumented library.
+SANITIZER_PRELOAD = os.environ.get("AUTOGRAD_DEVICE_LOGGING_TEST_PRELOAD", "")
 
 # A CPU-only model whose gradients the cases compare bitwise.
 CPU_MODEL = """
@@ -91,6 +94,8 @@ def run_child(args, env_extra=None, with_package=True, stdin_code=None):
             env.pop(key, None)  # unset, not empty
         else:
             env[key] = value
+    if SANITIZER_PRELOAD:
+        env["LD_PRELOAD"] = ":".join(filter(None, (SANITIZER_PRELOAD, env.get("LD_PRELOAD"))))
     proc = subprocess.run(
         [sys.executable, *args],
         env=env,
@@ -221,8 +226,10 @@ class TestAutogradDeviceLogging(TestCase):
         result = run_code(code, env_extra={"LD_PRELOAD": LIBRARY})
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertTrue(result.status["active"])
-        self.assertIn("PARENT_PRELOAD None", result.stdout)
-        self.assertIn("CHILD_PRELOAD None", result.stdout)
+        # Only the library's own entry goes (a sanitizer runtime stays).
+        remaining = repr(SANITIZER_PRELOAD or None)
+        self.assertIn(f"PARENT_PRELOAD {remaining}", result.stdout)
+        self.assertIn(f"CHILD_PRELOAD {remaining}", result.stdout)
 
     def test_ld_preload_keeps_other_entries(self):
         libm = "libm.so.6"
@@ -232,7 +239,8 @@ class TestAutogradDeviceLogging(TestCase):
             with_package=False,
         )
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn(f"PRELOAD {libm}:{libm}", result.stdout)
+        first = f"{SANITIZER_PRELOAD}:" if SANITIZER_PRELOAD else ""
+        self.assertIn(f"PRELOAD {first}{libm}:{libm}", result.stdout)
 
     def test_real_models_gradients_are_bitwise_identical(self):
         models = textwrap.dedent(
@@ -692,6 +700,7 @@ class TestDeviceStats(TestCase):
                 PYTHONPATH=PACKAGE_ROOT,
                 PYTORCH_AUTOGRAD_DEVICE_STATS="1",
                 CUDA_VISIBLE_DEVICES="",
+                **({"LD_PRELOAD": SANITIZER_PRELOAD} if SANITIZER_PRELOAD else {}),
             ),
             capture_output=True,
             text=True,

@@ -1,35 +1,51 @@
 #!/usr/bin/env bash
-# Sanitized builds of the library and its tests, against the pinned torch
-# (libtorch itself is not instrumented).
+# Sanitized builds of the library and its tests (libtorch itself is not
+# instrumented).
 #
-#   bash tools/run_sanitizers.sh address   # ASan+UBSan: every C++ test case
-#   bash tools/run_sanitizers.sh thread    # TSan: the concurrency test cases
+#   bash tools/run_sanitizers.sh address [PYTHON]  # ASan+UBSan: every C++ test
+#                                                  # case, then the Python suite
+#   bash tools/run_sanitizers.sh thread [PYTHON]   # TSan: the concurrent cases
 #
-# Each builds into build-<sanitizer>/ (or $AUTOGRAD_DEVICE_LOGGING_BUILD_DIR)
-# and fails on the first report: sanitizer reports abort the test process.
+# PYTHON selects the interpreter whose torch to build against (default: the
+# pinned venv from tools/setup_env.sh). Each builds into build-<sanitizer>/
+# (or $AUTOGRAD_DEVICE_LOGGING_BUILD_DIR); any sanitizer report aborts the
+# process it happens in, so it fails the run.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 sanitizer=${1:-}
 case "$sanitizer" in
   address | thread) ;;
-  *) echo "usage: $0 address|thread" >&2; exit 2 ;;
+  *) echo "usage: $0 address|thread [PYTHON]" >&2; exit 2 ;;
 esac
-venv=$(bash "$repo/tools/setup_env.sh")
+python=${2:-}
+if [ -z "$python" ]; then
+  python="$(bash "$repo/tools/setup_env.sh")/bin/python"
+fi
 export AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=${AUTOGRAD_DEVICE_LOGGING_BUILD_DIR:-$repo/build-$sanitizer}
 export AUTOGRAD_DEVICE_LOGGING_CMAKE_ARGS="-DAUTOGRAD_DEVICE_LOGGING_SANITIZER=$sanitizer"
-build=$(bash "$repo/tools/build.sh" "$venv/bin/python")
+build=$(bash "$repo/tools/build.sh" "$python")
+supp=$repo/test/sanitizers
 
-cd "$build"
 if [ "$sanitizer" = address ]; then
-  # LeakSanitizer stays on: the tests' processes exit normally.
-  export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_init_order=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  export LSAN_OPTIONS=suppressions=$repo/test/sanitizers/lsan.supp
-  ctest --output-on-failure --parallel "$(nproc)"
+  echo "== C++ tests under ASan+UBSan (with LeakSanitizer)"
+  (cd "$build" &&
+    ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_init_order=1 \
+    LSAN_OPTIONS=suppressions=$supp/lsan.supp \
+    ctest --output-on-failure --parallel "$(nproc)")
+  # The interpreter is not instrumented, so the ASan runtime is preloaded
+  # into every child that loads the library (with libstdc++, whose
+  # __cxa_throw ASan must find at start-up). Leak checking stays with the C++
+  # run: CPython does not free everything at exit.
+  echo "== Python tests under ASan+UBSan"
+  cxx=${CXX:-c++}
+  AUTOGRAD_DEVICE_LOGGING_TEST_PRELOAD="$("$cxx" -print-file-name=libasan.so):$("$cxx" -print-file-name=libstdc++.so.6)" \
+  ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 \
+    "$python" -m pytest -q -rs -p no:cacheprovider "$repo/test/test_autograd_device_logging.py"
 else
-  # The cases in which many threads run backward passes at once.
-  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$repo/test/sanitizers/tsan.supp"
-  ctest --output-on-failure --parallel "$(nproc)" \
-    -R 'SixteenThreads|Concurrent'
+  echo "== Concurrent C++ test cases under TSan"
+  (cd "$build" &&
+    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp" \
+    ctest --output-on-failure --parallel "$(nproc)" -R 'SixteenThreads|Concurrent')
 fi

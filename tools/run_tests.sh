@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test: sets up the pinned venv, builds, then runs the C++ tests
-# (ctest, one process per test case) and the Python tests (pytest).
+# (ctest, one process per test case) and the Python tests (pytest), and both
+# again on an ASan+UBSan build (tools/run_sanitizers.sh address).
 #
 #   bash tools/run_tests.sh [PYTHON]
 #
-# PYTHON selects another interpreter and its torch (tools/gpu_check.sh uses it).
+# PYTHON selects another interpreter and its torch.
+# AUTOGRAD_DEVICE_LOGGING_SKIP_SANITIZERS=1 leaves out the sanitized run.
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,4 +22,8 @@ echo "== C++ tests (ctest)"
 (cd "$build" && ctest --output-on-failure --parallel "$(nproc)") || status=1
 echo "== Python tests (pytest)"
 AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$build" "$python" -m pytest -q -rs "$repo/test" || status=1
+if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_SANITIZERS:-0}" != 1 ]; then
+  echo "== ASan+UBSan build: C++ and Python tests"
+  AUTOGRAD_DEVICE_LOGGING_BUILD_DIR= bash "$repo/tools/run_sanitizers.sh" address "$python" || status=1
+fi
 exit $status

@@ -69,7 +69,7 @@ static_assert(detail::kStateGpuCpuDone == kGpuCpuBackward);
 std::atomic<uint8_t> events_emitted{0};
 std::atomic<uint64_t> nodes_inspected{0};
 // Set once, before disable() marks the state disabled; never freed.
-std::atomic<const char*> disabled_reason{nullptr};
+std::atomic<const std::string*> disabled_reason{nullptr};
 
 // Emits warnings to stderr through c10's default handler even when a thread
 // local handler (Python's, which may turn warnings into errors) is installed:
@@ -90,8 +90,8 @@ void warn_to_stderr(const std::string& message) noexcept {
 void disable(const std::string& reason) noexcept {
   try {
     const std::string* owned = new std::string(reason);
-    const char* expected = nullptr;
-    if (!disabled_reason.compare_exchange_strong(expected, owned->c_str())) {
+    const std::string* expected = nullptr;
+    if (!disabled_reason.compare_exchange_strong(expected, owned)) {
       delete owned;
       return;
     }
@@ -458,8 +458,9 @@ DeviceLoggingStatus device_logging_status() {
       state.load(std::memory_order_relaxed) & detail::kStateHookHasRun;
   status.events_emitted = events_emitted.load(std::memory_order_relaxed);
   status.nodes_inspected = nodes_inspected.load(std::memory_order_relaxed);
-  if (const char* reason = disabled_reason.load(std::memory_order_acquire)) {
-    status.disabled_reason = reason;
+  if (const std::string* reason =
+          disabled_reason.load(std::memory_order_acquire)) {
+    status.disabled_reason = *reason;
   }
   status.built_for_torch = AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH;
   status.running_torch = running_torch_version();
@@ -485,7 +486,9 @@ uint64_t autograd_device_logging_nodes_inspected(void) {
 }
 
 const char* autograd_device_logging_disabled_reason(void) {
-  return device_logging::disabled_reason.load(std::memory_order_acquire);
+  const std::string* reason =
+      device_logging::disabled_reason.load(std::memory_order_acquire);
+  return reason != nullptr ? reason->c_str() : nullptr;
 }
 
 const char* autograd_device_logging_built_for_torch(void) {
