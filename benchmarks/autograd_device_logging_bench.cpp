@@ -74,7 +74,8 @@ Graph make_wide(int64_t nodes, c10::Device device) {
 }
 
 Graph make_graph(const std::string& shape, int64_t nodes, c10::Device device) {
-  return shape == "chain" ? make_chain(nodes, device) : make_wide(nodes, device);
+  return shape == "chain" ? make_chain(nodes, device)
+                          : make_wide(nodes, device);
 }
 
 torch::autograd::Node* root_of(const Graph& g) {
@@ -108,7 +109,10 @@ void BM_compute_dependencies(
   state.counters["nodes"] = static_cast<double>(state.range(0));
 }
 
-void BM_backward(benchmark::State& state, std::string shape, std::string placement) {
+void BM_backward(
+    benchmark::State& state,
+    std::string shape,
+    std::string placement) {
   const Graph g = make_graph(shape, state.range(0), graph_device(placement));
   for (auto _ : state) {
     g.loss.backward({}, /*retain_graph=*/true);
@@ -135,11 +139,15 @@ void register_benchmarks() {
     for (const std::string& placement : placements) {
       benchmark::RegisterBenchmark(
           ("compute_dependencies/" + shape + "/" + placement).c_str(),
-          BM_compute_dependencies, shape, placement)
+          BM_compute_dependencies,
+          shape,
+          placement)
           ->ArgsProduct({sizes()})
           ->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark(
-          ("backward/" + shape + "/" + placement).c_str(), BM_backward, shape,
+          ("backward/" + shape + "/" + placement).c_str(),
+          BM_backward,
+          shape,
           placement)
           ->ArgsProduct({sizes()})
           ->Unit(benchmark::kMicrosecond);
@@ -165,7 +173,10 @@ struct Case {
   Graph graph;
 };
 
-void measure_cases(std::vector<Case>& cases, int iterations, const std::string& phase) {
+void measure_cases(
+    std::vector<Case>& cases,
+    int iterations,
+    const std::string& phase) {
   for (Case& c : cases) {
     const int reps = c.nodes >= 100000 ? 1 : iterations;
     const std::string suffix = c.shape + "/" + c.placement + "/" +
@@ -204,8 +215,11 @@ void run_under_callgrind(int iterations) {
   for (const std::string shape : {"chain", "wide"}) {
     for (const std::string& placement : placements) {
       for (const int64_t nodes : sizes()) {
-        cases.push_back({shape, placement, nodes,
-                         make_graph(shape, nodes, graph_device(placement))});
+        cases.push_back(
+            {shape,
+             placement,
+             nodes,
+             make_graph(shape, nodes, graph_device(placement))});
         // Warm up (first-call binding, thread start, allocator pools).
         auto task = dl::make_graph_task(root_of(cases.back().graph));
         dl::run_bound_compute_dependencies(root_of(cases.back().graph), *task);
@@ -241,14 +255,16 @@ int main(int argc, char** argv) {
     } else if (arg == "--fire") {
       fire_first = true;
     } else if (arg.rfind("--callgrind=", 0) == 0) {
-      callgrind_iterations = std::atoi(arg.c_str() + std::strlen("--callgrind="));
+      callgrind_iterations =
+          std::atoi(arg.c_str() + std::strlen("--callgrind="));
     } else {
       rest.push_back(argv[i]);
     }
   }
   if (!accelerator_path.empty() &&
       dlopen(accelerator_path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
-    std::fprintf(stderr, "cannot load %s: %s\n", accelerator_path.c_str(), dlerror());
+    std::fprintf(
+        stderr, "cannot load %s: %s\n", accelerator_path.c_str(), dlerror());
     return 2;
   }
   if (fire_first && accelerator_path.empty()) {

@@ -113,7 +113,8 @@ TEST(ClassifyBackwardPass, CpuOnlyDecidesNothing) {
 }
 
 TEST(ClassifyBackwardPass, OneAcceleratorWithoutCpuNodesDecidesNothing) {
-  EXPECT_EQ(events_of({{cuda(0)}, {cuda(0), cpu()}, {}}), kNoBackwardDeviceEvent);
+  EXPECT_EQ(
+      events_of({{cuda(0)}, {cuda(0), cpu()}, {}}), kNoBackwardDeviceEvent);
 }
 
 TEST(ClassifyBackwardPass, MetaAndLazyCountAsCpu) {
@@ -150,7 +151,8 @@ TEST(ClassifyBackwardPass, DecisionDoesNotDependOnOrder) {
   size_t permutations = 0;
   do {
     for (uint8_t wanted = 0; wanted <= kAllBackwardDeviceEvents; ++wanted) {
-      const uint8_t events = classify_backward_pass(nullptr, order, wanted).events();
+      const uint8_t events =
+          classify_backward_pass(nullptr, order, wanted).events();
       ASSERT_EQ(events & wanted, kAllBackwardDeviceEvents & wanted);
     }
     ++permutations;
@@ -164,13 +166,17 @@ TEST(ClassifyBackwardPass, StopsOnceEveryWantedEventIsDecided) {
     owned.push_back(make_node({cpu()}));
   }
   const auto nodes = raw(owned);
-  EXPECT_EQ(classify_backward_pass(nullptr, nodes, kGpuCpuBackward).nodes_inspected, 2u);
+  EXPECT_EQ(
+      classify_backward_pass(nullptr, nodes, kGpuCpuBackward).nodes_inspected,
+      2u);
   // The multi-device question stays open on CPU nodes: every node is read.
   EXPECT_EQ(
-      classify_backward_pass(nullptr, nodes, kMultiDeviceBackward).nodes_inspected,
+      classify_backward_pass(nullptr, nodes, kMultiDeviceBackward)
+          .nodes_inspected,
       nodes.size());
   EXPECT_EQ(
-      classify_backward_pass(nullptr, nodes, kNoBackwardDeviceEvent).nodes_inspected,
+      classify_backward_pass(nullptr, nodes, kNoBackwardDeviceEvent)
+          .nodes_inspected,
       0u);
 }
 
@@ -192,7 +198,8 @@ TEST(ClassifyBackwardPass, RootInTheSetIsReadAgainWithTheSameDecision) {
   EXPECT_EQ(b.events(), kGpuCpuBackward);
 }
 
-// --- The patched compute_dependencies on hand-made graphs ---------------------
+// --- The patched compute_dependencies on hand-made graphs
+// ---------------------
 
 // Runs the bound compute_dependencies on a star: root -> each listed node.
 void run_star_pass(
@@ -317,8 +324,18 @@ TEST(PatchedComputeDependencies, AfterOneFiredOnlyTheOtherIsPursued) {
   // nodes, but only multidevice is pending, so every node is read.
   std::initializer_list<c10::Device> cpu_node = {cpu()};
   const uint64_t before = device_logging_status().nodes_inspected;
-  run_star_pass({cuda(0)}, {cpu_node, cpu_node, cpu_node, cpu_node, cpu_node,
-                            cpu_node, cpu_node, cpu_node, cpu_node, cpu_node});
+  run_star_pass(
+      {cuda(0)},
+      {cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node});
   EXPECT_EQ(device_logging_status().nodes_inspected - before, 11u);
   // A second accelerator decides it.
   run_star_pass({cuda(0)}, {{cuda(1)}});
@@ -334,8 +351,18 @@ TEST(PatchedComputeDependencies, InsideAPassReadingStopsWhenDecided) {
   // Root on cuda:0 with 10 CPU children: the root and whichever child comes
   // first decide gpu_cpu.
   std::initializer_list<c10::Device> cpu_node = {cpu()};
-  run_star_pass({cuda(0)}, {cpu_node, cpu_node, cpu_node, cpu_node, cpu_node,
-                            cpu_node, cpu_node, cpu_node, cpu_node, cpu_node});
+  run_star_pass(
+      {cuda(0)},
+      {cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node,
+       cpu_node});
   EXPECT_EQ(device_logging_status().nodes_inspected - before, 2u);
   EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
 }
@@ -417,7 +444,7 @@ TEST(RealBackward, CpuPassWithTestDevicesRegisteredIsInspectedButSilent) {
 // definition over sets.
 struct ReferenceGraph {
   std::vector<std::vector<c10::Device>> inputs; // per node
-  std::vector<std::vector<int>> children; // per node, indices
+  std::vector<std::vector<int>> children;       // per node, indices
 };
 
 std::pair<bool, bool> reference_events(
@@ -446,9 +473,10 @@ std::pair<bool, bool> reference_events(
     if (devices.empty()) {
       continue;
     }
-    auto first = std::find_if(devices.begin(), devices.end(), [](c10::Device d) {
-      return d.type() != c10::DeviceType::CPU;
-    });
+    auto first =
+        std::find_if(devices.begin(), devices.end(), [](c10::Device d) {
+          return d.type() != c10::DeviceType::CPU;
+        });
     if (first == devices.end() || first->type() == c10::DeviceType::Meta ||
         first->type() == c10::DeviceType::Lazy) {
       cpu = true;
@@ -507,18 +535,22 @@ TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
       nodes.push_back(node);
     }
     const int root = n - 1;
-    std::uniform_int_distribution<uint64_t> pick_min(0, nodes[root]->topological_nr());
+    std::uniform_int_distribution<uint64_t> pick_min(
+        0, nodes[root]->topological_nr());
     const uint64_t min_topo_nr = pick_min(rng);
 
     auto task = make_graph_task(nodes[root].get());
     run_bound_compute_dependencies(nodes[root].get(), *task, min_topo_nr);
     const auto [multi, gpu_cpu] = reference_events(g, nodes, root, min_topo_nr);
-    const uint8_t expected = (multi ? kMultiDeviceBackward : 0) | (gpu_cpu ? kGpuCpuBackward : 0);
+    const uint8_t expected =
+        (multi ? kMultiDeviceBackward : 0) | (gpu_cpu ? kGpuCpuBackward : 0);
     // The classifier on what libtorch's walk built decides like the model...
     const uint8_t decided =
         census_backward_pass(nodes[root].get(), task->nodes_in_graph_).events();
-    const uint8_t early = classify_backward_pass(
-        nodes[root].get(), task->nodes_in_graph_, kAllBackwardDeviceEvents).events();
+    const uint8_t early =
+        classify_backward_pass(
+            nodes[root].get(), task->nodes_in_graph_, kAllBackwardDeviceEvents)
+            .events();
     // ...and the library has emitted exactly the union so far.
     expected_emitted |= expected;
     graphs_with_multi += multi;
@@ -543,11 +575,13 @@ TEST(DeviceStats, CpuOnlyProcessCountsPassesWithoutReadingNodes) {
   // On a machine with GPUs this binary loads libtorch_cuda, whose device
   // guard then reports them.
   const auto* cuda_guard =
-      c10::impl::device_guard_impl_registry[static_cast<size_t>(c10::DeviceType::CUDA)]
+      c10::impl::device_guard_impl_registry[static_cast<size_t>(
+                                                c10::DeviceType::CUDA)]
           .load();
   if (cuda_guard != nullptr && cuda_guard->deviceCount() > 0) {
     GTEST_SKIP() << "needs a process without accelerator devices; this one has "
-                 << static_cast<int>(cuda_guard->deviceCount()) << " CUDA device(s)";
+                 << static_cast<int>(cuda_guard->deviceCount())
+                 << " CUDA device(s)";
   }
   enable_backward_device_stats();
   for (int i = 0; i < 3; ++i) {
@@ -562,8 +596,12 @@ TEST(DeviceStats, CpuOnlyProcessCountsPassesWithoutReadingNodes) {
 
 TEST(PassDeviceCensus, CountsDistinctAcceleratorsAndClasses) {
   std::vector<NodePtr> owned = {
-      make_node({cuda(0)}), make_node({cuda(1)}), make_node({cuda(0)}),
-      make_node({xpu(0)}), make_node({meta()}), make_node({})};
+      make_node({cuda(0)}),
+      make_node({cuda(1)}),
+      make_node({cuda(0)}),
+      make_node({xpu(0)}),
+      make_node({meta()}),
+      make_node({})};
   const auto census = census_backward_pass(nullptr, raw(owned));
   EXPECT_EQ(census.num_accelerators, 3);
   EXPECT_TRUE(census.has_cpu_node);
@@ -571,7 +609,8 @@ TEST(PassDeviceCensus, CountsDistinctAcceleratorsAndClasses) {
   EXPECT_EQ(census.device_class(), BackwardDeviceClass::kMultiAccelerator);
   EXPECT_EQ(census.events(), kAllBackwardDeviceEvents);
 
-  std::vector<NodePtr> single = {make_node({cuda(1)}), make_node({cuda(1), cpu()})};
+  std::vector<NodePtr> single = {
+      make_node({cuda(1)}), make_node({cuda(1), cpu()})};
   EXPECT_EQ(
       census_backward_pass(nullptr, raw(single)).device_class(),
       BackwardDeviceClass::kSingleAccelerator);

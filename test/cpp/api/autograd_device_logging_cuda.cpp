@@ -23,10 +23,10 @@ using testing::ApiUsageRecorder;
 constexpr const char* kMulti = kMultiDeviceBackwardEventName;
 constexpr const char* kGpuCpu = kGpuCpuBackwardEventName;
 
-#define REQUIRE_CUDA_DEVICES(n)                                        \
-  if (static_cast<int>(torch::cuda::device_count()) < (n)) {           \
-    GTEST_SKIP() << "needs " << (n) << " CUDA device(s), found "       \
-                 << torch::cuda::device_count();                       \
+#define REQUIRE_CUDA_DEVICES(n)                                  \
+  if (static_cast<int>(torch::cuda::device_count()) < (n)) {     \
+    GTEST_SKIP() << "needs " << (n) << " CUDA device(s), found " \
+                 << torch::cuda::device_count();                 \
   }
 
 c10::Device cuda(c10::DeviceIndex index) {
@@ -42,7 +42,8 @@ TEST(Cuda, InputStreamDevicesAreTheMetadataDevices) {
   auto y = torch::arange(1.0, 5.0, torch::device(cuda(last))).requires_grad_();
   auto z = ((x.to(cuda(0)) * 2).to(cuda(last)) * y).cpu().sum();
   size_t inputs_read = 0;
-  EXPECT_EQ(testing::count_inputs_whose_stream_device_differs(z, &inputs_read), 0u);
+  EXPECT_EQ(
+      testing::count_inputs_whose_stream_device_differs(z, &inputs_read), 0u);
   EXPECT_GE(inputs_read, 6u);
 }
 
@@ -80,7 +81,8 @@ TEST(Cuda, TwoDevicesAndCpuGiveBothInOnePass) {
   REQUIRE_CUDA_DEVICES(2);
   ApiUsageRecorder recorder;
   auto a = torch::ones({4}, torch::requires_grad());
-  ((a.to(cuda(0)) * 2).sum() + (a.to(cuda(1)) * 3).sum().to(cuda(0))).backward();
+  ((a.to(cuda(0)) * 2).sum() + (a.to(cuda(1)) * 3).sum().to(cuda(0)))
+      .backward();
   EXPECT_TRUE(torch::equal(a.grad(), torch::full({4}, 5.0)));
   EXPECT_EQ(recorder.count(kMulti), 1u);
   EXPECT_EQ(recorder.count(kGpuCpu), 1u);

@@ -20,7 +20,8 @@ TEST(VersionMismatch, IsReportedWithBothVersions) {
   const DeviceLoggingStatus status = device_logging_status();
   EXPECT_EQ(status.built_for_torch, "0.0.0");
   EXPECT_FALSE(status.running_torch.empty());
-  EXPECT_NE(status.disabled_reason.find("built for torch 0.0.0"), std::string::npos)
+  EXPECT_NE(
+      status.disabled_reason.find("built for torch 0.0.0"), std::string::npos)
       << status.disabled_reason;
   EXPECT_NE(
       status.disabled_reason.find("runs torch " + status.running_torch),

@@ -10,7 +10,7 @@ int main() {
   auto x = torch::ones({2}, torch::requires_grad());
   (x * 2).sum().backward(); // cpu_only
   auto a = torch::ones({2}, torch::device(d0).requires_grad(true));
-  (a * 2).sum().backward(); // single_accelerator
+  (a * 2).sum().backward();        // single_accelerator
   (x.to(d0) * 2).sum().backward(); // accelerator_cpu
   auto b = torch::ones({2}, torch::device(d1).requires_grad(true));
   ((a * 2).sum() + b.sum().to(d0)).backward(); // multi_accelerator

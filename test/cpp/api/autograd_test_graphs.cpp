@@ -145,8 +145,10 @@ std::unique_ptr<GraphTask> make_graph_task(Node* root) {
 }
 
 namespace {
+// clang-format off
 constexpr const char* kSymbol =
     "_ZN5torch8autograd6Engine20compute_dependenciesEPNS0_4NodeERNS0_9GraphTaskEm";
+// clang-format on
 
 // Resolved once: the binding does not change within a process.
 void* bound_compute_dependencies() {

@@ -51,10 +51,12 @@ struct TestAcceleratorGuardImpl final : c10::impl::DeviceGuardImplInterface {
     return c10::Device(kDeviceType, current_device);
   }
   void setDevice(c10::Device device) const override {
-    TORCH_CHECK(device.type() == kDeviceType, "not a testaccel device: ", device);
+    TORCH_CHECK(
+        device.type() == kDeviceType, "not a testaccel device: ", device);
     TORCH_CHECK(
         device.index() >= 0 && device.index() < kDeviceCount,
-        "testaccel has devices 0 and 1, not ", device);
+        "testaccel has devices 0 and 1, not ",
+        device);
     current_device = device.index();
   }
   void uncheckedSetDevice(c10::Device device) const noexcept override {
@@ -100,12 +102,17 @@ void free_host_memory(void* data) {
 struct HostMemoryAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     void* data = nbytes == 0 ? nullptr : c10::alloc_cpu(nbytes);
-    return {data, data, &free_host_memory, c10::Device(kDeviceType, current_device)};
+    return {
+        data,
+        data,
+        &free_host_memory,
+        c10::Device(kDeviceType, current_device)};
   }
   c10::DeleterFnPtr raw_deleter() const override {
     return &free_host_memory;
   }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
+  void copy_data(void* dest, const void* src, std::size_t count)
+      const override {
     std::memcpy(dest, src, count);
   }
 };
@@ -188,8 +195,11 @@ at::Tensor empty_memory_format(
     std::optional<c10::MemoryFormat> memory_format) {
   const c10::DeviceGuard guard(target_device(device));
   return at::detail::empty_generic(
-      size, &host_memory_allocator, key_set(),
-      c10::dtype_or_default(dtype), memory_format);
+      size,
+      &host_memory_allocator,
+      key_set(),
+      c10::dtype_or_default(dtype),
+      memory_format);
 }
 
 at::Tensor empty_strided(
@@ -201,7 +211,10 @@ at::Tensor empty_strided(
     std::optional<bool> /*pin_memory*/) {
   const c10::DeviceGuard guard(target_device(device));
   return at::detail::empty_strided_generic(
-      size, stride, &host_memory_allocator, key_set(),
+      size,
+      stride,
+      &host_memory_allocator,
+      key_set(),
       c10::dtype_or_default(dtype));
 }
 
@@ -214,7 +227,10 @@ at::Tensor host_alias(const at::Tensor& t) {
       t.data_ptr(), t.sizes(), t.strides(), t.options().device(c10::kCPU));
 }
 
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+at::Tensor copy_from(
+    const at::Tensor& self,
+    const at::Tensor& dst,
+    bool /*non_blocking*/) {
   TORCH_CHECK(self.sizes() == dst.sizes(), "testaccel copy: size mismatch");
   if (self.numel() > 0) {
     host_alias(dst).copy_(host_alias(self));

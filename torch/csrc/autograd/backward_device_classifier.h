@@ -67,7 +67,7 @@ inline c10::Device input_device(const Node& node, uint32_t input_nr) noexcept {
 // Where the engine would queue a node (Note [Where the engine runs a node]).
 enum class NodeQueue : uint8_t {
   kNone, // no input metadata: the node takes no gradient, no device signal
-  kCpu, // the CPU ready queue
+  kCpu,  // the CPU ready queue
   kAccelerator, // the ready queue of one accelerator device
 };
 
@@ -213,10 +213,10 @@ PassDeviceSummary classify_backward_pass(
 
 // Device classes of a backward pass, for the opt-in per-pass statistics.
 enum class BackwardDeviceClass : uint8_t {
-  kCpuOnly = 0, // no node routed to an accelerator
+  kCpuOnly = 0,           // no node routed to an accelerator
   kSingleAccelerator = 1, // one accelerator device, no CPU-routed node
-  kAcceleratorCpu = 2, // one accelerator device and CPU-routed nodes
-  kMultiAccelerator = 3, // two or more accelerator devices (CPU or not)
+  kAcceleratorCpu = 2,    // one accelerator device and CPU-routed nodes
+  kMultiAccelerator = 3,  // two or more accelerator devices (CPU or not)
 };
 constexpr int kNumBackwardDeviceClasses = 4;
 

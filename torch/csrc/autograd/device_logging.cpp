@@ -35,10 +35,12 @@
 #define AUTOGRAD_DEVICE_LOGGING_STRINGIFY_(x) #x
 #define AUTOGRAD_DEVICE_LOGGING_STRINGIFY(x) \
   AUTOGRAD_DEVICE_LOGGING_STRINGIFY_(x)
+// clang-format off
 #define AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH            \
   AUTOGRAD_DEVICE_LOGGING_STRINGIFY(TORCH_VERSION_MAJOR)   \
   "." AUTOGRAD_DEVICE_LOGGING_STRINGIFY(TORCH_VERSION_MINOR) \
   "." AUTOGRAD_DEVICE_LOGGING_STRINGIFY(TORCH_VERSION_PATCH)
+// clang-format on
 #endif
 
 namespace torch::autograd::device_logging {
@@ -48,8 +50,10 @@ namespace {
 // torch::autograd::Engine::compute_dependencies(Node*, GraphTask&, uint64_t);
 // engine.cpp pins the member function's type with a static_assert so that
 // this name cannot drift from the definition it names.
+// clang-format off
 constexpr const char* kComputeDependenciesSymbol =
     "_ZN5torch8autograd6Engine20compute_dependenciesEPNS0_4NodeERNS0_9GraphTaskEm";
+// clang-format on
 
 // Note [Device logging state]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -95,12 +99,14 @@ void disable(const std::string& reason) noexcept {
       delete owned;
       return;
     }
-    state.fetch_or(kAllBackwardDeviceEvents | kDisabled, std::memory_order_release);
+    state.fetch_or(
+        kAllBackwardDeviceEvents | kDisabled, std::memory_order_release);
     warn_to_stderr(
         "autograd_device_logging is disabled: " + reason +
         " Backward passes are unaffected; only the device logging is off.");
   } catch (...) {
-    state.fetch_or(kAllBackwardDeviceEvents | kDisabled, std::memory_order_release);
+    state.fetch_or(
+        kAllBackwardDeviceEvents | kDisabled, std::memory_order_release);
   }
 }
 
@@ -145,9 +151,8 @@ ComputeDependenciesFn resolve_libtorch_compute_dependencies() noexcept {
   // A handle lookup searches the object itself first, i.e. libtorch_cpu's
   // own definition. The handle stays open: libtorch_cpu outlives us anyway.
   void* own = dlsym(handle, kComputeDependenciesSymbol);
-  return own == nullptr
-      ? nullptr
-      : reinterpret_cast<ComputeDependenciesFn>(own);
+  return own == nullptr ? nullptr
+                        : reinterpret_cast<ComputeDependenciesFn>(own);
 }
 
 // "major.minor.patch" of the running libtorch, from its build options.
@@ -357,7 +362,8 @@ std::atomic<uint8_t> state{0};
 void log_backward_devices(const Node* root, const GraphTask& task) noexcept {
   uint8_t current = state.load(std::memory_order_relaxed);
   if (!(current & detail::kStateHookHasRun)) {
-    current = state.fetch_or(detail::kStateHookHasRun, std::memory_order_relaxed) |
+    current =
+        state.fetch_or(detail::kStateHookHasRun, std::memory_order_relaxed) |
         detail::kStateHookHasRun;
   }
   if ((current & kAllBackwardDeviceEvents) == kAllBackwardDeviceEvents &&
@@ -406,7 +412,8 @@ void log_backward_devices(const Node* root, const GraphTask& task) noexcept {
   }
 }
 
-void set_classifier_fault_for_testing(ClassifierFaultForTesting fault) noexcept {
+void set_classifier_fault_for_testing(
+    ClassifierFaultForTesting fault) noexcept {
   classifier_fault_for_testing.store(fault, std::memory_order_relaxed);
 }
 
@@ -416,7 +423,8 @@ void enable_backward_device_stats(bool enabled) {
     (void)registered;
     state.fetch_or(kStatsEnabled, std::memory_order_relaxed);
   } else {
-    state.fetch_and(static_cast<uint8_t>(~kStatsEnabled), std::memory_order_relaxed);
+    state.fetch_and(
+        static_cast<uint8_t>(~kStatsEnabled), std::memory_order_relaxed);
   }
 }
 
@@ -424,7 +432,8 @@ BackwardDeviceStats backward_device_stats() {
   BackwardDeviceStats stats;
   stats.enabled = state.load(std::memory_order_relaxed) & kStatsEnabled;
   const auto count = [](BackwardDeviceClass c) {
-    return passes_by_class[static_cast<size_t>(c)].load(std::memory_order_relaxed);
+    return passes_by_class[static_cast<size_t>(c)].load(
+        std::memory_order_relaxed);
   };
   stats.cpu_only = count(BackwardDeviceClass::kCpuOnly);
   stats.single_accelerator = count(BackwardDeviceClass::kSingleAccelerator);

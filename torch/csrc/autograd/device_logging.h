@@ -45,15 +45,20 @@ AUTOGRAD_DEVICE_LOGGING_API void set_classifier_fault_for_testing(
 
 extern "C" {
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_hook_has_run(void);
-AUTOGRAD_DEVICE_LOGGING_API unsigned autograd_device_logging_events_emitted(void);
-AUTOGRAD_DEVICE_LOGGING_API uint64_t autograd_device_logging_nodes_inspected(void);
+AUTOGRAD_DEVICE_LOGGING_API unsigned autograd_device_logging_events_emitted(
+    void);
+AUTOGRAD_DEVICE_LOGGING_API uint64_t
+autograd_device_logging_nodes_inspected(void);
 // nullptr while enabled.
-AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_disabled_reason(void);
-AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_built_for_torch(void);
-AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_running_torch(void);
+AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_disabled_reason(
+    void);
+AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_built_for_torch(
+    void);
+AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_running_torch(
+    void);
 // The test seam above for ctypes: kind 0 removes the fault, 1 throws a
 // c10::Error, 2 std::bad_alloc, 3 an exception of no std type. Returns 0, or
 // -1 for an unknown kind (then nothing changes).
-AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_inject_classifier_fault_for_testing(
-    int kind);
+AUTOGRAD_DEVICE_LOGGING_API int
+autograd_device_logging_inject_classifier_fault_for_testing(int kind);
 }

@@ -29,10 +29,12 @@ struct BackwardDeviceStats {
   }
 };
 
-AUTOGRAD_DEVICE_LOGGING_API void enable_backward_device_stats(bool enabled = true);
+AUTOGRAD_DEVICE_LOGGING_API void enable_backward_device_stats(
+    bool enabled = true);
 AUTOGRAD_DEVICE_LOGGING_API BackwardDeviceStats backward_device_stats();
 AUTOGRAD_DEVICE_LOGGING_API void reset_backward_device_stats();
-// The exit summary's text, e.g. "autograd device stats: 12 passes: cpu_only=..."
+// The exit summary's text, e.g. "autograd device stats: 12 passes:
+// cpu_only=..."
 AUTOGRAD_DEVICE_LOGGING_API std::string format_backward_device_stats(
     const BackwardDeviceStats& stats);
 
@@ -42,6 +44,7 @@ extern "C" {
 // out[0..4]: cpu_only, single_accelerator, accelerator_cpu, multi_accelerator,
 // max_accelerators_in_one_pass; returns 1 if enabled.
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_stats(uint64_t out[5]);
-AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_enable_stats(int enabled);
+AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_enable_stats(
+    int enabled);
 AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_reset_stats(void);
 }
