@@ -71,12 +71,17 @@ enum class NodeQueue : uint8_t {
   kAccelerator, // the ready queue of one accelerator device
 };
 
-// The queue the engine would pick for `node`; for kAccelerator, `*device` is
-// set to that accelerator device.
-inline NodeQueue routed_queue(const Node& node, c10::Device* device) noexcept {
+// The queue the engine would pick for a node, and for kAccelerator the
+// accelerator device. A plain struct, so the compiler keeps it in registers.
+struct NodeRoute {
+  NodeQueue queue;
+  c10::Device device{c10::DeviceType::CPU};
+};
+
+inline NodeRoute route_of(const Node& node) noexcept {
   const uint32_t num_inputs = node.num_inputs();
   if (num_inputs == 0) {
-    return NodeQueue::kNone;
+    return {NodeQueue::kNone};
   }
   for (uint32_t i = 0; i < num_inputs; ++i) {
     // Placeholders for unused inputs are default-constructed metadata whose
@@ -85,29 +90,23 @@ inline NodeQueue routed_queue(const Node& node, c10::Device* device) noexcept {
     const c10::Device input = input_device(node, i);
     if (input.type() != c10::DeviceType::CPU) {
       if (runs_on_cpu_ready_queue(input.type())) {
-        return NodeQueue::kCpu;
+        return {NodeQueue::kCpu};
       }
-      *device = input;
-      return NodeQueue::kAccelerator;
+      return {NodeQueue::kAccelerator, input};
     }
   }
-  return NodeQueue::kCpu;
+  return {NodeQueue::kCpu};
 }
 
 // Where the engine would run `node`: a CPU device for nodes routed to the CPU
 // ready queue, the accelerator device otherwise, and nullopt for a node with
 // no input metadata (it takes no gradient, so it carries no device signal).
 inline std::optional<c10::Device> routed_device(const Node& node) noexcept {
-  c10::Device device(c10::DeviceType::CPU);
-  switch (routed_queue(node, &device)) {
-    case NodeQueue::kNone:
-      return std::nullopt;
-    case NodeQueue::kCpu:
-      return c10::Device(c10::DeviceType::CPU);
-    case NodeQueue::kAccelerator:
-      return device;
+  const NodeRoute route = route_of(node);
+  if (route.queue == NodeQueue::kNone) {
+    return std::nullopt;
   }
-  return std::nullopt;
+  return route.device; // the CPU for NodeQueue::kCpu
 }
 
 // What a backward pass's nodes have shown so far. Holds no container: two
@@ -128,12 +127,11 @@ struct PassDeviceSummary {
         (has_accelerator && has_cpu_node ? kGpuCpuBackward : 0);
   }
 
-  // Folds a node that the engine would queue on `queue` (and `device`, for an
-  // accelerator queue) into the summary; returns whether the summary changed.
-  // Almost every node changes nothing: a CPU node after the first, the first
-  // accelerator again.
-  bool add_routed(NodeQueue queue, c10::Device device) noexcept {
-    switch (queue) {
+  // Folds a node routed as `route` into the summary; returns whether the
+  // summary changed. Almost every node changes nothing: a CPU node after the
+  // first, the first accelerator again.
+  bool add_route(NodeRoute route) noexcept {
+    switch (route.queue) {
       case NodeQueue::kNone:
         return false;
       case NodeQueue::kCpu:
@@ -144,11 +142,11 @@ struct PassDeviceSummary {
         return true;
       case NodeQueue::kAccelerator:
         if (!has_accelerator) {
-          first_accelerator = device;
+          first_accelerator = route.device;
           has_accelerator = true;
           return true;
         }
-        if (has_other_accelerator || device == first_accelerator) {
+        if (has_other_accelerator || route.device == first_accelerator) {
           return false;
         }
         has_other_accelerator = true;
@@ -160,9 +158,7 @@ struct PassDeviceSummary {
   // Folds one node into the summary.
   void add(const Node& node) noexcept {
     ++nodes_inspected;
-    c10::Device device(c10::DeviceType::CPU);
-    const NodeQueue queue = routed_queue(node, &device);
-    add_routed(queue, device);
+    add_route(route_of(node));
   }
 };
 
@@ -200,9 +196,7 @@ PassDeviceSummary classify_backward_pass(
   uint64_t inspected = 0;
   for (const Node* node : nodes) {
     ++inspected;
-    c10::Device device(c10::DeviceType::CPU);
-    const NodeQueue queue = routed_queue(*node, &device);
-    if (summary.add_routed(queue, device) &&
+    if (summary.add_route(route_of(*node)) &&
         (summary.events() & wanted) == wanted) {
       break;
     }
@@ -234,18 +228,17 @@ struct PassDeviceCensus {
 
   void add(const Node& node) noexcept {
     ++nodes_inspected;
-    c10::Device device(c10::DeviceType::CPU);
-    const NodeQueue queue = routed_queue(node, &device);
-    if (queue == NodeQueue::kNone) {
+    const NodeRoute route = route_of(node);
+    if (route.queue == NodeQueue::kNone) {
       return;
     }
-    if (queue == NodeQueue::kCpu) {
+    if (route.queue == NodeQueue::kCpu) {
       has_cpu_node = true;
       return;
     }
     const uint16_t key = static_cast<uint16_t>(
-        (static_cast<uint16_t>(device.type()) << 8) |
-        static_cast<uint8_t>(device.index()));
+        (static_cast<uint16_t>(route.device.type()) << 8) |
+        static_cast<uint8_t>(route.device.index()));
     for (int i = 0; i < num_accelerators; ++i) {
       if (accelerators[i] == key) {
         return;
