@@ -34,6 +34,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -135,22 +136,18 @@ void register_benchmarks() {
   if (!accelerator_path.empty()) {
     placements.push_back("testaccel");
   }
+  using BenchmarkFn = void (*)(benchmark::State&, std::string, std::string);
+  const std::pair<const char*, BenchmarkFn> measured[] = {
+      {"compute_dependencies/", BM_compute_dependencies},
+      {"backward/", BM_backward}};
   for (const std::string shape : {"chain", "wide"}) {
     for (const std::string& placement : placements) {
-      benchmark::RegisterBenchmark(
-          ("compute_dependencies/" + shape + "/" + placement).c_str(),
-          BM_compute_dependencies,
-          shape,
-          placement)
-          ->ArgsProduct({sizes()})
-          ->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(
-          ("backward/" + shape + "/" + placement).c_str(),
-          BM_backward,
-          shape,
-          placement)
-          ->ArgsProduct({sizes()})
-          ->Unit(benchmark::kMicrosecond);
+      for (const auto& [what, fn] : measured) {
+        benchmark::RegisterBenchmark(
+            (what + shape + "/" + placement).c_str(), fn, shape, placement)
+            ->ArgsProduct({sizes()})
+            ->Unit(benchmark::kMicrosecond);
+      }
     }
   }
 }

@@ -215,6 +215,13 @@ void run_star_pass(
   run_bound_compute_dependencies(root.get(), *task);
 }
 
+// Runs the bound compute_dependencies on a star: a cuda:0 root -> 10 CPU
+// nodes.
+void run_star_pass_of_ten_cpu_children() {
+  const std::initializer_list<c10::Device> c = {cpu()};
+  run_star_pass({cuda(0)}, {c, c, c, c, c, c, c, c, c, c});
+}
+
 TEST(PatchedComputeDependencies, IsTheDefinitionLibtorchBinds) {
   EXPECT_NE(
       bound_compute_dependencies_path().find("libautograd_device_logging"),
@@ -320,22 +327,10 @@ TEST(PatchedComputeDependencies, AfterOneFiredOnlyTheOtherIsPursued) {
   // Fire gpu_cpu only.
   run_star_pass({cuda(0)}, {{cpu()}});
   ASSERT_EQ(device_logging_status().events_emitted, kGpuCpuBackward);
-  // Root on cuda:0 and 30 CPU nodes: gpu_cpu would be decided after two
+  // Root on cuda:0 and 10 CPU nodes: gpu_cpu would be decided after two
   // nodes, but only multidevice is pending, so every node is read.
-  std::initializer_list<c10::Device> cpu_node = {cpu()};
   const uint64_t before = device_logging_status().nodes_inspected;
-  run_star_pass(
-      {cuda(0)},
-      {cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node});
+  run_star_pass_of_ten_cpu_children();
   EXPECT_EQ(device_logging_status().nodes_inspected - before, 11u);
   // A second accelerator decides it.
   run_star_pass({cuda(0)}, {{cuda(1)}});
@@ -350,19 +345,7 @@ TEST(PatchedComputeDependencies, InsideAPassReadingStopsWhenDecided) {
   const uint64_t before = device_logging_status().nodes_inspected;
   // Root on cuda:0 with 10 CPU children: the root and whichever child comes
   // first decide gpu_cpu.
-  std::initializer_list<c10::Device> cpu_node = {cpu()};
-  run_star_pass(
-      {cuda(0)},
-      {cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node,
-       cpu_node});
+  run_star_pass_of_ten_cpu_children();
   EXPECT_EQ(device_logging_status().nodes_inspected - before, 2u);
   EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
 }
