@@ -29,6 +29,21 @@ BUILD_DIR = os.environ.get(
 TORCH_VERSION = torch.__version__.split("+")[0]
 
 
+def copy_of_sources(dest):
+    """The project's sources without build outputs or VCS data. pip builds a
+    local project in place (setuptools writes build/ and *.egg-info/ there),
+    so every pip test builds from such a copy and never writes into the
+    checkout."""
+    shutil.copytree(
+        REPO,
+        dest,
+        ignore=shutil.ignore_patterns(
+            ".git", "build", "build-*", "*.egg-info", "__pycache__", ".venv", ".whl"
+        ),
+    )
+    return dest
+
+
 def run(cmd, **kwargs):
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
@@ -66,23 +81,28 @@ class TestPackaging(TestCase):
 
     def test_pip_install_into_a_fresh_venv(self):
         python, site = self.fresh_venv()
+        source = copy_of_sources(os.path.join(self.tmp, "source"))
         proc = run([python, "-m", "pip", "install", "-q", "--no-build-isolation",
-                    "--no-deps", REPO])
+                    "--no-deps", source])
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         report = self.assert_check_active(python, cwd=self.tmp)
-        self.assertIn(os.path.join(site, "autograd_device_logging"), report)
+        self.assertIn(f"library:          {os.path.join(site, 'autograd_device_logging')}", report)
 
     def test_wheel_built_against_the_installed_torch(self):
         wheels = os.path.join(self.tmp, "wheels")
+        source = copy_of_sources(os.path.join(self.tmp, "source"))
         proc = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
-                    "--no-deps", "-w", wheels, REPO])
+                    "--no-deps", "-w", wheels, source])
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         (wheel,) = glob.glob(os.path.join(wheels, "autograd_device_logging-*.whl"))
         self.assertNotIn("-none-any", wheel)  # a platform wheel: it carries a .so
-        python, _ = self.fresh_venv()
+        python, site = self.fresh_venv()
         proc = run([python, "-m", "pip", "install", "-q", "--no-deps", wheel])
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
-        self.assert_check_active(python, cwd=self.tmp)
+        report = self.assert_check_active(python, cwd=self.tmp)
+        # The library that reported itself active is the wheel's copy, in the
+        # fresh venv, not the build tree's.
+        self.assertIn(f"library:          {os.path.join(site, 'autograd_device_logging')}", report)
 
     @unittest.skipIf(shutil.which("cmake") is None, "needs cmake")
     def test_cmake_install_and_find_package(self):

@@ -22,7 +22,12 @@ work=$(mktemp -d)
 cd "$work"
 
 echo "== pip install --no-build-isolation . (torch $version)"
-"$python" -m pip install -q --no-build-isolation --no-deps --force-reinstall "$repo"
+# From a copy without build outputs: pip builds a local project in place, and
+# nothing here writes into the checkout.
+mkdir source
+tar -C "$repo" --exclude=./.git --exclude='./build*' --exclude='*.egg-info' \
+  --exclude=__pycache__ -cf - . | tar -C source -xf -
+"$python" -m pip install -q --no-build-isolation --no-deps --force-reinstall ./source
 echo "== --check"
 "$python" -m autograd_device_logging --check
 

@@ -2,7 +2,9 @@
 # Runs every test: sets up the pinned venv, builds, then runs the C++ tests
 # (ctest, one process per test case) and the Python tests (pytest), both
 # again on an ASan+UBSan build, and the concurrent cases on a TSan build
-# (tools/run_sanitizers.sh address, then thread).
+# (tools/run_sanitizers.sh address, then thread). Last, it checks that the
+# run wrote nothing into the checkout but its build folders (build/,
+# build-address/, build-thread/).
 #
 #   bash tools/run_tests.sh [PYTHON]
 #
@@ -11,6 +13,18 @@
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# No bytecode caches next to the sources, in this script's Python processes
+# and in every child they start.
+export PYTHONDONTWRITEBYTECODE=1
+
+# What git sees in the checkout (tracked changes, untracked and ignored files),
+# less the build folders this script makes. Empty output outside a checkout.
+tree_state() {
+  git -C "$repo" status --porcelain --ignored=matching --untracked-files=all 2>/dev/null |
+    grep -vE '^!! build(-address|-thread)?/$' || true
+}
+tree_before=$(tree_state)
+
 python=${1:-}
 if [ -z "$python" ]; then
   venv=$(bash "$repo/tools/setup_env.sh") || exit 1
@@ -22,11 +36,22 @@ status=0
 echo "== C++ tests (ctest)"
 (cd "$build" && ctest --output-on-failure --parallel "$(nproc)") || status=1
 echo "== Python tests (pytest)"
-AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$build" "$python" -m pytest -q -rs "$repo/test" || status=1
+AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$build" "$python" -m pytest -q -rs -p no:cacheprovider "$repo/test" || status=1
 if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_SANITIZERS:-0}" != 1 ]; then
   for sanitizer in address thread; do
     echo "== $sanitizer sanitizer build"
     AUTOGRAD_DEVICE_LOGGING_BUILD_DIR= bash "$repo/tools/run_sanitizers.sh" "$sanitizer" "$python" || status=1
   done
+fi
+
+echo "== The checkout is as the tests found it"
+if ! git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
+  echo "not a git checkout: not checked"
+elif [ "$(tree_state)" != "$tree_before" ]; then
+  echo "the tests changed the checkout (git status, build folders left out):"
+  diff <(printf '%s\n' "$tree_before") <(printf '%s\n' "$(tree_state)") | grep '^[<>]'
+  status=1
+else
+  echo "unchanged: $(printf '%s' "$tree_before" | grep -c . || true) entries before and after, none new"
 fi
 exit $status
