@@ -42,7 +42,7 @@ void Engine::compute_dependencies(
     Node* root,
     GraphTask& task,
     uint64_t min_topo_nr) {
-  // The libtorch definition is found by its mangled name (device_logging.cpp);
+  // The libtorch definition is found by its mangled name (interposition.cpp);
   // this pins the signature that name encodes.
   static_assert(
       std::is_same_v<

@@ -1,0 +1,83 @@
+// The C ABI of the autograd device-logging patch (declared at the bottom of
+// device_logging.h and device_stats.h), for callers without C++ linkage:
+// Python's ctypes. Each function wraps the C++ API of the same meaning.
+
+#include <torch/csrc/autograd/device_logging.h>
+#include <torch/csrc/autograd/device_logging_state.h>
+#include <torch/csrc/autograd/device_stats.h>
+#include <torch/csrc/autograd/interposition.h>
+
+#include <c10/util/Exception.h>
+
+#include <new>
+#include <string>
+
+namespace device_logging = torch::autograd::device_logging;
+
+extern "C" {
+
+int autograd_device_logging_hook_has_run(void) {
+  return device_logging::device_logging_status().hook_has_run ? 1 : 0;
+}
+
+unsigned autograd_device_logging_events_emitted(void) {
+  return device_logging::device_logging_status().events_emitted;
+}
+
+uint64_t autograd_device_logging_nodes_inspected(void) {
+  return device_logging::device_logging_status().nodes_inspected;
+}
+
+const char* autograd_device_logging_disabled_reason(void) {
+  const std::string* reason = device_logging::detail::disabled_reason();
+  return reason != nullptr ? reason->c_str() : nullptr;
+}
+
+const char* autograd_device_logging_built_for_torch(void) {
+  return device_logging::detail::built_for_torch();
+}
+
+const char* autograd_device_logging_running_torch(void) {
+  return device_logging::detail::running_torch_version().c_str();
+}
+
+int autograd_device_logging_inject_classifier_fault_for_testing(int kind) {
+  using device_logging::set_classifier_fault_for_testing;
+  switch (kind) {
+    case 0:
+      set_classifier_fault_for_testing(nullptr);
+      return 0;
+    case 1:
+      set_classifier_fault_for_testing(
+          [] { TORCH_CHECK(false, "injected classifier fault"); });
+      return 0;
+    case 2:
+      set_classifier_fault_for_testing([] { throw std::bad_alloc(); });
+      return 0;
+    case 3:
+      set_classifier_fault_for_testing([] { throw 42; });
+      return 0;
+    default:
+      return -1;
+  }
+}
+
+int autograd_device_logging_stats(uint64_t out[5]) {
+  const auto stats = device_logging::backward_device_stats();
+  out[0] = stats.cpu_only;
+  out[1] = stats.single_accelerator;
+  out[2] = stats.accelerator_cpu;
+  out[3] = stats.multi_accelerator;
+  out[4] = static_cast<uint64_t>(stats.max_accelerators_in_one_pass);
+  return stats.enabled ? 1 : 0;
+}
+
+void autograd_device_logging_enable_stats(int enabled) {
+  device_logging::enable_backward_device_stats(enabled != 0);
+}
+
+void autograd_device_logging_reset_stats(void) {
+  device_logging::reset_backward_device_stats();
+}
+
+} // extern "C"

@@ -1,0 +1,76 @@
+// The process-wide state of the autograd device-logging patch and the status
+// API that reports it (device_logging.h).
+
+#include <torch/csrc/autograd/device_logging_state.h>
+
+#include <torch/csrc/autograd/interposition.h>
+
+#include <c10/util/Exception.h>
+
+namespace torch::autograd::device_logging {
+
+namespace detail {
+
+std::atomic<uint8_t> state{0};
+std::atomic<uint8_t> events_emitted{0};
+std::atomic<uint64_t> nodes_inspected{0};
+
+namespace {
+// Set once, before disable() marks the state disabled; never freed.
+std::atomic<const std::string*> first_disabled_reason{nullptr};
+} // namespace
+
+// Each caller runs at most once per process (the load-time checks, and
+// disable(), which only the first reason gets through), so every distinct
+// message is printed once; a TORCH_WARN_ONCE here would print only the first
+// of them, since they would share its one call site.
+void warn_to_stderr(const std::string& message) noexcept {
+  try {
+    static c10::WarningHandler stderr_handler;
+    c10::WarningUtils::WarningHandlerGuard guard(&stderr_handler);
+    TORCH_WARN(message);
+  } catch (...) {
+  }
+}
+
+void disable(const std::string& reason) noexcept {
+  constexpr uint8_t kDisabledBits = kStateAllEventsDone | kStateDisabled;
+  try {
+    const std::string* owned = new std::string(reason);
+    const std::string* expected = nullptr;
+    if (!first_disabled_reason.compare_exchange_strong(expected, owned)) {
+      delete owned;
+      return;
+    }
+    state.fetch_or(kDisabledBits, std::memory_order_release);
+    warn_to_stderr(
+        "autograd_device_logging is disabled: " + reason +
+        " Backward passes are unaffected; only the device logging is off.");
+  } catch (...) {
+    state.fetch_or(kDisabledBits, std::memory_order_release);
+  }
+}
+
+const std::string* disabled_reason() noexcept {
+  return first_disabled_reason.load(std::memory_order_acquire);
+}
+
+} // namespace detail
+
+DeviceLoggingStatus device_logging_status() {
+  DeviceLoggingStatus status;
+  status.hook_has_run =
+      detail::state.load(std::memory_order_relaxed) & detail::kStateHookHasRun;
+  status.events_emitted =
+      detail::events_emitted.load(std::memory_order_relaxed);
+  status.nodes_inspected =
+      detail::nodes_inspected.load(std::memory_order_relaxed);
+  if (const std::string* reason = detail::disabled_reason()) {
+    status.disabled_reason = *reason;
+  }
+  status.built_for_torch = detail::built_for_torch();
+  status.running_torch = detail::running_torch_version();
+  return status;
+}
+
+} // namespace torch::autograd::device_logging

@@ -1,0 +1,56 @@
+#pragma once
+
+// The process-wide state of the autograd device-logging patch: one state word
+// that the engine seam reads after every walk, the reason the library
+// disabled itself (if it did), and the counters the status API reports.
+// Nothing here depends on libtorch's data structures.
+
+#include <torch/csrc/autograd/device_logging.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace torch::autograd::device_logging::detail {
+
+// Note [Device logging state]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// `state` holds one bit per BackwardDeviceEvent that needs no further
+// inspection (the event was emitted, or the library is disabled), a bit for
+// the opt-in statistics, one for "disabled" and one for "the hook has run".
+// After libtorch's walk, engine.cpp does one relaxed load of it; when it is
+// exactly kNothingLeftToLog (both events done, the hook has run, statistics
+// off, not disabled), the pass ends there. Relaxed ordering is enough: a pass
+// that reads a stale value merely inspects nodes once more and then loses the
+// fetch_or race, which still emits each event exactly once.
+extern std::atomic<uint8_t> state;
+constexpr uint8_t kStateMultiDeviceDone = 1u << 0;
+constexpr uint8_t kStateGpuCpuDone = 1u << 1;
+constexpr uint8_t kStateStatsEnabled = 1u << 2;
+constexpr uint8_t kStateDisabled = 1u << 3;
+constexpr uint8_t kStateHookHasRun = 1u << 4;
+constexpr uint8_t kStateAllEventsDone =
+    kStateMultiDeviceDone | kStateGpuCpuDone;
+constexpr uint8_t kNothingLeftToLog = kStateAllEventsDone | kStateHookHasRun;
+
+// BackwardDeviceEvent bits this library emitted (a subset of the done bits:
+// disabling sets those too).
+extern std::atomic<uint8_t> events_emitted;
+// Nodes whose metadata the classifier read, summed over all passes.
+extern std::atomic<uint64_t> nodes_inspected;
+
+// Turns the classifier off for the rest of the process: marks every event
+// done and the library disabled, and prints one warning with `reason` (only
+// the first reason is kept and printed). Never throws.
+void disable(const std::string& reason) noexcept;
+
+// The first reason passed to disable(), or nullptr while enabled. The string
+// lives as long as the process.
+const std::string* disabled_reason() noexcept;
+
+// Prints `message` as a c10 warning through c10's stderr handler, even when a
+// thread-local handler (Python's, which may turn warnings into errors) is
+// installed: a message from this library must never fail a backward pass.
+void warn_to_stderr(const std::string& message) noexcept;
+
+} // namespace torch::autograd::device_logging::detail

@@ -1,0 +1,237 @@
+// Interposition of the autograd device-logging patch: finds libtorch's own
+// Engine::compute_dependencies, and runs the load-time checks (LD_PRELOAD
+// hygiene, the torch version, the lookup order) when the dynamic linker
+// initializes the library.
+
+#include <torch/csrc/autograd/interposition.h>
+
+#include <torch/csrc/autograd/device_logging_state.h>
+#include <torch/csrc/autograd/device_stats.h>
+
+#include <caffe2/core/common.h>
+#include <torch/version.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#ifdef AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH_OVERRIDE
+// Test builds pretend to be built for another torch to exercise the mismatch
+// path without a second torch installation.
+#define AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH \
+  AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH_OVERRIDE
+#else
+#define AUTOGRAD_DEVICE_LOGGING_STRINGIFY_(x) #x
+#define AUTOGRAD_DEVICE_LOGGING_STRINGIFY(x) \
+  AUTOGRAD_DEVICE_LOGGING_STRINGIFY_(x)
+// clang-format off
+#define AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH            \
+  AUTOGRAD_DEVICE_LOGGING_STRINGIFY(TORCH_VERSION_MAJOR)   \
+  "." AUTOGRAD_DEVICE_LOGGING_STRINGIFY(TORCH_VERSION_MINOR) \
+  "." AUTOGRAD_DEVICE_LOGGING_STRINGIFY(TORCH_VERSION_PATCH)
+// clang-format on
+#endif
+
+namespace torch::autograd::device_logging {
+
+namespace detail {
+
+ComputeDependenciesFn libtorch_compute_dependencies = nullptr;
+
+const char* built_for_torch() noexcept {
+  return AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH;
+}
+
+const std::string& running_torch_version() noexcept {
+  static const std::string version = []() -> std::string {
+    try {
+      const auto& options = caffe2::GetBuildOptions();
+      const auto it = options.find("TORCH_VERSION");
+      if (it == options.end()) {
+        return {};
+      }
+      const std::string& full = it->second;
+      return full.substr(0, full.find_first_not_of("0123456789."));
+    } catch (...) {
+      return {};
+    }
+  }();
+  return version;
+}
+
+} // namespace detail
+
+namespace {
+
+// Itanium mangling of
+// torch::autograd::Engine::compute_dependencies(Node*, GraphTask&, uint64_t);
+// engine.cpp pins the member function's type with a static_assert so that
+// this name cannot drift from the definition it names.
+// clang-format off
+constexpr const char* kComputeDependenciesSymbol =
+    "_ZN5torch8autograd6Engine20compute_dependenciesEPNS0_4NodeERNS0_9GraphTaskEm";
+// clang-format on
+
+// Path of the loaded object that contains `address`, or "" if none does.
+std::string object_path_of(const void* address) {
+  Dl_info info{};
+  if (address == nullptr || dladdr(address, &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return {};
+  }
+  return info.dli_fname;
+}
+
+const std::string& this_library_path() {
+  static const std::string path =
+      object_path_of(reinterpret_cast<const void*>(&object_path_of));
+  return path;
+}
+
+// Note [Finding libtorch's compute_dependencies]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The patched definition forwards to the next definition in lookup order
+// (dlsym(RTLD_NEXT)), the usual interposition idiom, which also lets another
+// interposer stack with this one. When this library is not ahead of libtorch
+// in the lookup order (loaded late, or into a local scope), RTLD_NEXT can
+// miss; then the definition is taken from libtorch_cpu's own handle, found
+// through an address known to be inside it.
+ComputeDependenciesFn resolve_libtorch_compute_dependencies() noexcept {
+  void* next = dlsym(RTLD_NEXT, kComputeDependenciesSymbol);
+  if (next != nullptr && object_path_of(next) != this_library_path()) {
+    return reinterpret_cast<ComputeDependenciesFn>(next);
+  }
+  const std::string libtorch_cpu = object_path_of(
+      reinterpret_cast<const void*>(&Engine::get_default_engine));
+  if (libtorch_cpu.empty()) {
+    return nullptr;
+  }
+  void* handle = dlopen(libtorch_cpu.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) {
+    return nullptr;
+  }
+  // A handle lookup searches the object itself first, i.e. libtorch_cpu's
+  // own definition. The handle stays open: libtorch_cpu outlives us anyway.
+  void* own = dlsym(handle, kComputeDependenciesSymbol);
+  return own == nullptr ? nullptr
+                        : reinterpret_cast<ComputeDependenciesFn>(own);
+}
+
+// Note [The preload ends with the process that asked for it]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// LD_PRELOAD=libautograd_device_logging.so is inherited by every child
+// process, and each would then load this library and libtorch_cpu with it:
+// the compilers torch.compile spawns, shell tools, anything. So when this
+// library finds itself in LD_PRELOAD, it removes itself from the variable
+// (keeping other entries) while the process is still single-threaded, before
+// main(); the process that asked for it keeps it, its children do not.
+bool names_this_library(const std::string& entry) {
+  if (entry.empty()) {
+    return false;
+  }
+  const std::string& self = this_library_path();
+  if (entry == self) {
+    return true;
+  }
+  char* resolved = realpath(entry.c_str(), nullptr);
+  char* resolved_self = realpath(self.c_str(), nullptr);
+  const bool same = resolved != nullptr && resolved_self != nullptr &&
+      std::strcmp(resolved, resolved_self) == 0;
+  std::free(resolved);
+  std::free(resolved_self);
+  return same;
+}
+
+void remove_this_library_from_ld_preload() {
+  const char* preload = std::getenv("LD_PRELOAD");
+  if (preload == nullptr) {
+    return;
+  }
+  // ld.so separates entries by spaces or colons.
+  std::string kept;
+  bool removed = false;
+  const std::string value = preload;
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t end = std::min(value.find_first_of(": ", start), value.size());
+    const std::string entry = value.substr(start, end - start);
+    if (names_this_library(entry)) {
+      removed = true;
+    } else if (!entry.empty()) {
+      kept += (kept.empty() ? "" : ":") + entry;
+    }
+    start = end + 1;
+  }
+  if (!removed) {
+    return;
+  }
+  if (kept.empty()) {
+    unsetenv("LD_PRELOAD");
+  } else {
+    setenv("LD_PRELOAD", kept.c_str(), /*overwrite=*/1);
+  }
+}
+
+// Note [Which libtorch this library may inspect]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The classifier reads GraphTask::nodes_in_graph_ and Node's input metadata
+// through the layouts of the headers it was compiled with. Another libtorch
+// release may lay them out differently, so anything but the same
+// major.minor.patch disables the classifier; the forwarding to libtorch's
+// own compute_dependencies needs no layout and keeps working. Builds against
+// a torch that logs these events itself are refused at compile time
+// (engine.cpp), and such a torch never matches a supported build here.
+void check_at_load() noexcept {
+  try {
+    remove_this_library_from_ld_preload();
+    const char* stats_env = std::getenv("PYTORCH_AUTOGRAD_DEVICE_STATS");
+    if (stats_env != nullptr && std::strcmp(stats_env, "1") == 0) {
+      enable_backward_device_stats(true);
+    }
+    detail::libtorch_compute_dependencies =
+        resolve_libtorch_compute_dependencies();
+    if (detail::libtorch_compute_dependencies == nullptr) {
+      detail::disable(
+          "libtorch's torch::autograd::Engine::compute_dependencies was not "
+          "found.");
+      return;
+    }
+    const std::string built = detail::built_for_torch();
+    const std::string& running = detail::running_torch_version();
+    if (running != built) {
+      detail::disable(
+          "it was built for torch " + built + " but this process runs torch " +
+          (running.empty() ? std::string("of unknown version") : running) +
+          ". Rebuild it against the installed torch (pip install "
+          "--no-build-isolation --force-reinstall <autograd_device_logging "
+          "source>, or a CMake build with that torch).");
+      return;
+    }
+    void* first = dlsym(RTLD_DEFAULT, kComputeDependenciesSymbol);
+    const std::string first_path = object_path_of(first);
+    if (first != nullptr && first_path != this_library_path()) {
+      detail::warn_to_stderr(
+          "autograd_device_logging is loaded, but the first "
+          "Engine::compute_dependencies in lookup order is the one in " +
+          first_path +
+          ", so backward passes will not be logged. Link "
+          "autograd_device_logging before torch (C++), or import "
+          "autograd_device_logging before torch (Python).");
+    }
+  } catch (...) {
+    detail::disable("its load-time checks failed.");
+  }
+}
+
+// Runs the checks when the dynamic linker initializes this library, i.e.
+// after libtorch (a dependency) is initialized and before any backward pass
+// in a program that links it. Every global the checks touch in other files is
+// constant-initialized, so the order of initialization between this
+// library's files does not matter.
+[[maybe_unused]] const bool checked_at_load = (check_at_load(), true);
+
+} // namespace
+} // namespace torch::autograd::device_logging

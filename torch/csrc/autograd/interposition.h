@@ -1,0 +1,35 @@
+#pragma once
+
+// How the autograd device-logging patch takes the place of libtorch's
+// Engine::compute_dependencies: the definition it forwards to, found when the
+// library is loaded, and the load-time checks that decide whether the
+// classifier may run in this process (interposition.cpp).
+
+#include <torch/csrc/autograd/engine.h>
+
+#include <cstdint>
+#include <string>
+
+namespace torch::autograd::device_logging {
+
+// Signature of the member function Engine::compute_dependencies once `this`
+// is passed explicitly (the Itanium C++ ABI passes it as the first argument).
+using ComputeDependenciesFn =
+    void (*)(Engine* engine, Node* root, GraphTask& task, uint64_t min_topo_nr);
+
+namespace detail {
+
+// libtorch's own Engine::compute_dependencies, the definition the patched one
+// interposes on, resolved when the library is loaded (before any backward
+// pass); nullptr only if it cannot be found.
+extern ComputeDependenciesFn libtorch_compute_dependencies;
+
+// "major.minor.patch" of the torch headers this library was compiled with.
+const char* built_for_torch() noexcept;
+
+// "major.minor.patch" of the libtorch running in this process, read once from
+// its build options; empty if libtorch does not say.
+const std::string& running_torch_version() noexcept;
+
+} // namespace detail
+} // namespace torch::autograd::device_logging

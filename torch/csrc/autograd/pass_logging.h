@@ -1,0 +1,16 @@
+#pragma once
+
+// The per-pass work of the autograd device-logging patch, which the engine
+// seam (engine.cpp) calls after libtorch's dependency walk: classify the pass
+// and emit the API-usage events it decides (pass_logging.cpp).
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/graph_task.h>
+
+namespace torch::autograd::device_logging {
+
+// Classifies the pass whose dependencies were just computed and emits the
+// API-usage events it decides. Never throws and never allocates per node.
+void log_backward_devices(const Node* root, const GraphTask& task) noexcept;
+
+} // namespace torch::autograd::device_logging
