@@ -96,6 +96,21 @@ TEST(InputDevice, IsTheMetadataDeviceForEveryKindOfInput) {
   }
 }
 
+// --- backward_device_events
+// ---------------------------------------------------
+
+TEST(BackwardDeviceEvents, IsTheDefinitionOfBothEvents) {
+  EXPECT_EQ(backward_device_events(0, false), kNoBackwardDeviceEvent);
+  EXPECT_EQ(backward_device_events(0, true), kNoBackwardDeviceEvent);
+  EXPECT_EQ(backward_device_events(1, false), kNoBackwardDeviceEvent);
+  EXPECT_EQ(backward_device_events(1, true), kGpuCpuBackward);
+  EXPECT_EQ(backward_device_events(2, false), kMultiDeviceBackward);
+  EXPECT_EQ(backward_device_events(2, true), kAllBackwardDeviceEvents);
+  EXPECT_EQ(
+      backward_device_events(PassDeviceCensus::kMaxCountedAccelerators, true),
+      kAllBackwardDeviceEvents);
+}
+
 // --- classify_backward_pass --------------------------------------------------
 
 uint8_t events_of(
@@ -485,6 +500,7 @@ TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
   std::bernoulli_distribution rare_device(0.02);
   uint8_t expected_emitted = 0;
   int mismatches = 0;
+  int classifier_disagreements = 0;
   int graphs_with_multi = 0;
   int graphs_with_gpu_cpu = 0;
   for (int graph = 0; graph < 100000; ++graph) {
@@ -534,6 +550,20 @@ TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
         classify_backward_pass(
             nodes[root].get(), task->nodes_in_graph_, kAllBackwardDeviceEvents)
             .events();
+    // ...and the statistics' census and the early-stopping classifier agree
+    // on every event a pass may still want (one event already fired, or
+    // both, or neither).
+    for (uint8_t wanted = kMultiDeviceBackward;
+         wanted <= kAllBackwardDeviceEvents;
+         ++wanted) {
+      const uint8_t partial =
+          classify_backward_pass(
+              nodes[root].get(), task->nodes_in_graph_, wanted)
+              .events();
+      if ((partial & wanted) != (decided & wanted)) {
+        ++classifier_disagreements;
+      }
+    }
     // ...and the library has emitted exactly the union so far.
     expected_emitted |= expected;
     graphs_with_multi += multi;
@@ -544,6 +574,7 @@ TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
     }
   }
   EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(classifier_disagreements, 0);
   EXPECT_EQ(expected_emitted, kAllBackwardDeviceEvents);
   // The random graphs cover both answers of both questions.
   EXPECT_GT(graphs_with_multi, 100);

@@ -30,6 +30,19 @@ constexpr const char* kMultiDeviceBackwardEventName =
 constexpr const char* kGpuCpuBackwardEventName =
     "torch.autograd.gpu_cpu_backward";
 
+// Note [Which events a pass's devices imply]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The one definition of both events, which every classifier below asks: a
+// pass whose nodes are routed to `distinct_accelerators` distinct accelerator
+// devices (any count of 2 or more decides the same) and, if
+// `has_cpu_node`, also to the CPU ready queue.
+constexpr uint8_t backward_device_events(
+    int distinct_accelerators,
+    bool has_cpu_node) noexcept {
+  return (distinct_accelerators >= 2 ? kMultiDeviceBackward : 0) |
+      (distinct_accelerators >= 1 && has_cpu_node ? kGpuCpuBackward : 0);
+}
+
 // Note [Where the engine runs a node]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The engine picks a ready queue for a node from the device of the node's
@@ -123,8 +136,9 @@ struct PassDeviceSummary {
 
   // The events this summary decides to be true.
   uint8_t events() const noexcept {
-    return (has_other_accelerator ? kMultiDeviceBackward : 0) |
-        (has_accelerator && has_cpu_node ? kGpuCpuBackward : 0);
+    const int distinct_accelerators =
+        has_other_accelerator ? 2 : (has_accelerator ? 1 : 0);
+    return backward_device_events(distinct_accelerators, has_cpu_node);
   }
 
   // Folds a node routed as `route` into the summary; returns whether the
@@ -261,14 +275,7 @@ struct PassDeviceCensus {
   }
 
   uint8_t events() const noexcept {
-    uint8_t events = kNoBackwardDeviceEvent;
-    if (num_accelerators >= 2) {
-      events |= kMultiDeviceBackward;
-    }
-    if (num_accelerators >= 1 && has_cpu_node) {
-      events |= kGpuCpuBackward;
-    }
-    return events;
+    return backward_device_events(num_accelerators, has_cpu_node);
   }
 };
 
