@@ -42,11 +42,36 @@ ctest_skipped=$(grep -cE "\(Skipped\)" "$work/ctest.log")
 ctest_passed=$(( ${ctest_total:-0} - ${ctest_failed:-0} - ctest_skipped ))
 
 echo "== Python tests (pytest)"
-"$python" -m pytest -q -rs -p no:cacheprovider "$repo/test" > "$work/pytest.log" 2>&1
-pytest_rc=$?
-grep -E "^(SKIPPED|FAILED|ERROR)|passed|failed" "$work/pytest.log" | tail -40
-sed -n '/warnings summary/,/-- Docs/p' "$work/pytest.log" | head -20
-pytest_summary=$(grep -E "[0-9]+ (passed|failed)" "$work/pytest.log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
+# What the suite imports beyond torch: pytest, and expecttest, which
+# torch.testing._internal (the tests' TestCase) needs and a GPU machine's
+# torch may come without. Name each missing module and its pin rather than
+# let pytest fail on a collection error.
+missing=$("$python" - <<'PY'
+import importlib
+missing = []
+for module in ("pytest", "expecttest", "torch.testing._internal.common_utils"):
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        missing.append(e.name or module)
+print(" ".join(dict.fromkeys(missing)))
+PY
+)
+if [ -n "$missing" ]; then
+  pins=$(for module in $missing; do
+    grep -E "^${module}==" "$repo/requirements.txt" || echo "$module"
+  done | tr '\n' ' ' | sed 's/ $//')
+  pytest_summary="not run: missing Python module(s): $missing; install with: $python -m pip install $pins"
+  echo "$pytest_summary"
+  echo "(without network: pip download --no-deps $pins elsewhere, copy the wheels over, and pip install them)"
+  pytest_rc=1
+else
+  "$python" -m pytest -q -rs -p no:cacheprovider "$repo/test" > "$work/pytest.log" 2>&1
+  pytest_rc=$?
+  grep -E "^(SKIPPED|FAILED|ERROR)|passed|failed" "$work/pytest.log" | tail -40
+  sed -n '/warnings summary/,/-- Docs/p' "$work/pytest.log" | head -20
+  pytest_summary=$(grep -E "[0-9]+ (passed|failed)" "$work/pytest.log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
+fi
 
 echo "== Demo (events per scenario)"
 "$python" "$repo/demo/run_demo.py" --build "$build" > "$work/demo.log" 2>&1
@@ -75,7 +100,7 @@ if [ -n "$record" ]; then
     echo "Skipped cases and reasons:"
     echo
     echo '```'
-    { grep -E "\(Skipped\)" "$work/ctest.log"; grep -E "^SKIPPED" "$work/pytest.log"; } | sed 's/^ *//' || true
+    { grep -E "\(Skipped\)" "$work/ctest.log"; grep -sE "^SKIPPED" "$work/pytest.log"; } | sed 's/^ *//' || true
     echo '```'
     echo
     echo "Events per demo scenario (\`PYTORCH_API_USAGE_STDERR=1\`, grepped from each scenario's stderr):"
