@@ -276,11 +276,16 @@ TEST(PatchedComputeDependencies, CpuOnlyPassEmitsNothing) {
   EXPECT_EQ(device_logging_status().nodes_inspected, 4u);
 }
 
+// "Nothing emitted" means something only if the hook read the pass: each of
+// these cases also checks that every node of the pass was read.
 TEST(PatchedComputeDependencies, OneAcceleratorWithoutCpuEmitsNothing) {
   register_two_test_devices();
   ApiUsageRecorder recorder;
   run_star_pass({cuda(0)}, {{cuda(0)}, {cuda(0), cpu()}});
   EXPECT_TRUE(recorder.events().empty());
+  EXPECT_TRUE(device_logging_status().hook_has_run);
+  EXPECT_EQ(device_logging_status().nodes_inspected, 3u);
+  EXPECT_EQ(device_logging_status().events_emitted, 0);
 }
 
 TEST(PatchedComputeDependencies, MetaPlusCpuEmitsNothing) {
@@ -288,6 +293,51 @@ TEST(PatchedComputeDependencies, MetaPlusCpuEmitsNothing) {
   ApiUsageRecorder recorder;
   run_star_pass({meta()}, {{cpu()}, {meta()}, {lazy()}});
   EXPECT_TRUE(recorder.events().empty());
+  EXPECT_TRUE(device_logging_status().hook_has_run);
+  EXPECT_EQ(device_logging_status().nodes_inspected, 4u);
+  EXPECT_EQ(device_logging_status().events_emitted, 0);
+}
+
+// What the library adds to C10_LOG_API_USAGE_ONCE (whose static alone already
+// logs each event at most once per process): which events it emitted, the
+// logger called for an event in the very pass that decides it, and no
+// inspection once both fired.
+TEST(PatchedComputeDependencies, OnceOnlyStateIsTheLibrarys) {
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  run_star_pass({cuda(0)}, {{cpu()}});
+  EXPECT_EQ(device_logging_status().events_emitted, kGpuCpuBackward);
+  EXPECT_EQ(recorder.events(), std::vector<std::string>{kGpuCpu});
+  // gpu_cpu is done: a pass that only repeats it is read for multidevice
+  // alone, to its end, and logs nothing more.
+  const uint64_t before = device_logging_status().nodes_inspected;
+  run_star_pass_of_ten_cpu_children();
+  EXPECT_EQ(device_logging_status().nodes_inspected - before, 11u);
+  EXPECT_EQ(recorder.events().size(), 1u);
+  run_star_pass({cuda(1)}, {{cuda(0)}});
+  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  EXPECT_EQ(recorder.events(), (std::vector<std::string>{kGpuCpu, kMulti}));
+  // Both done: the state word stops every later pass before any read.
+  const uint64_t done = device_logging_status().nodes_inspected;
+  for (int i = 0; i < 50; ++i) {
+    run_star_pass({cuda(0)}, {{cuda(1)}, {cpu()}});
+  }
+  EXPECT_EQ(device_logging_status().nodes_inspected, done);
+  EXPECT_EQ(recorder.events().size(), 2u);
+}
+
+TEST(PatchedComputeDependencies, AcceleratorRegisteredAfterAPassIsSeen) {
+  // The device scan is not cached across passes (Note [Skipping processes
+  // without accelerators]): a backend that registers after the first pass
+  // (a Python import, a dlopen) must be seen by the next one.
+  ApiUsageRecorder recorder;
+  run_star_pass({cpu()}, {{cuda(0)}, {cuda(1)}});
+  ASSERT_TRUE(device_logging_status().hook_has_run);
+  EXPECT_EQ(device_logging_status().nodes_inspected, 0u);
+  register_two_test_devices();
+  run_star_pass({cpu()}, {{cuda(0)}, {cuda(1)}});
+  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  EXPECT_EQ(recorder.count(kMulti), 1u);
 }
 
 TEST(PatchedComputeDependencies, AcceleratorAndCpuEmitGpuCpuOnly) {
@@ -386,6 +436,32 @@ TEST(PatchedComputeDependencies, MinTopoNrPruningIsRespected) {
   EXPECT_EQ(recorder.events(), std::vector<std::string>{kMulti});
 }
 
+TEST(
+    PatchedComputeDependencies,
+    NodeBelowMinTopoNrOnAnotherDeviceIsNotCounted) {
+  // Note [Nodes below min_topo_nr are not part of the pass]: the boundary
+  // node sits on a device nothing else in the pass uses, so counting it
+  // would decide multidevice.
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  auto boundary = make_node({cuda(1)});
+  auto root = make_node({cuda(0)});
+  connect(root, boundary);
+  ASSERT_EQ(boundary->topological_nr(), 0u);
+  ASSERT_EQ(root->topological_nr(), 1u);
+  auto partial = make_graph_task(root.get());
+  run_bound_compute_dependencies(root.get(), *partial, /*min_topo_nr=*/1);
+  // The walk reached the boundary node (it is in the set) but it is below
+  // min_topo_nr: only the root is read, and nothing is emitted.
+  ASSERT_EQ(partial->nodes_in_graph_.count(boundary.get()), 1u);
+  EXPECT_TRUE(recorder.events().empty());
+  EXPECT_EQ(device_logging_status().nodes_inspected, 1u);
+  // The same graph as a full pass spans both devices.
+  auto full = make_graph_task(root.get());
+  run_bound_compute_dependencies(root.get(), *full, /*min_topo_nr=*/0);
+  EXPECT_EQ(recorder.events(), std::vector<std::string>{kMulti});
+}
+
 TEST(PatchedComputeDependencies, NoAcceleratorInProcessMeansNoInspection) {
   // No device guard reports a device here (no register_two_test_devices()),
   // so even metadata naming two accelerators and the CPU is not read: no
@@ -467,6 +543,9 @@ std::pair<bool, bool> reference_events(
   std::set<std::pair<int, int>> accelerators;
   bool cpu = false;
   for (int n : visited) {
+    if (n != root && nodes[n]->topological_nr() < min_topo_nr) {
+      continue; // reached, but on no path to an output edge: not counted
+    }
     const auto& devices = g.inputs[n];
     if (devices.empty()) {
       continue;
@@ -485,38 +564,33 @@ std::pair<bool, bool> reference_events(
   return {accelerators.size() >= 2, !accelerators.empty() && cpu};
 }
 
-TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
-  register_two_test_devices();
-  ApiUsageRecorder recorder;
-  std::mt19937 rng(20261130);
-  const std::array<c10::Device, 7> choices = {
-      cpu(), meta(), lazy(), cuda(0), cuda(1), xpu(0), xpu(1)};
-  // Most graphs: CPU-like devices only or one accelerator, so that the
-  // events fire late and the once-semantics are exercised across many graphs.
-  std::uniform_int_distribution<int> pick_device(0, 6);
-  std::uniform_int_distribution<int> pick_inputs(0, 3);
-  std::uniform_int_distribution<int> pick_size(1, 12);
-  std::bernoulli_distribution edge(0.3);
-  std::bernoulli_distribution rare_device(0.02);
-  uint8_t expected_emitted = 0;
-  int mismatches = 0;
-  int classifier_disagreements = 0;
-  int graphs_with_multi = 0;
-  int graphs_with_gpu_cpu = 0;
-  for (int graph = 0; graph < 100000; ++graph) {
-    ReferenceGraph g;
-    std::vector<NodePtr> nodes;
-    const int n = pick_size(rng);
+// Random DAGs for the property tests: node inputs on random devices (mostly
+// CPU-like and cuda:0, so that events fire late), random edges, and a random
+// min_topo_nr as partial passes have.
+struct RandomPass {
+  ReferenceGraph g;
+  std::vector<NodePtr> nodes;
+  int root = 0;
+  uint64_t min_topo_nr = 0;
+};
+
+class RandomPassGenerator {
+ public:
+  explicit RandomPassGenerator(uint32_t seed) : rng_(seed) {}
+
+  RandomPass next() {
+    RandomPass pass;
+    const int n = pick_size_(rng_);
     for (int k = 0; k < n; ++k) {
       std::vector<c10::Device> devices;
-      const int inputs = pick_inputs(rng);
+      const int inputs = pick_inputs_(rng_);
       for (int i = 0; i < inputs; ++i) {
         // Mostly CPU-like and cuda:0; the other accelerators rarely.
-        int d = pick_device(rng) % 4;
-        if (rare_device(rng)) {
-          d = pick_device(rng);
+        int d = pick_device_(rng_) % 4;
+        if (rare_device_(rng_)) {
+          d = pick_device_(rng_);
         }
-        devices.push_back(choices[d]);
+        devices.push_back(kChoices[d]);
       }
       NodePtr node = make_node({});
       for (const auto& device : devices) {
@@ -524,32 +598,73 @@ TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
       }
       std::vector<int> children;
       for (int c = 0; c < k; ++c) {
-        if (edge(rng)) {
+        if (edge_(rng_)) {
           children.push_back(c);
-          connect(node, nodes[c]);
+          connect(node, pass.nodes[c]);
         }
       }
-      g.inputs.push_back(devices);
-      g.children.push_back(children);
-      nodes.push_back(node);
+      pass.g.inputs.push_back(devices);
+      pass.g.children.push_back(children);
+      pass.nodes.push_back(node);
     }
-    const int root = n - 1;
+    pass.root = n - 1;
     std::uniform_int_distribution<uint64_t> pick_min(
-        0, nodes[root]->topological_nr());
-    const uint64_t min_topo_nr = pick_min(rng);
+        0, pass.nodes[pass.root]->topological_nr());
+    pass.min_topo_nr = pick_min(rng_);
+    return pass;
+  }
 
+  std::mt19937& rng() {
+    return rng_;
+  }
+
+ private:
+  const std::array<c10::Device, 7> kChoices =
+      {cpu(), meta(), lazy(), cuda(0), cuda(1), xpu(0), xpu(1)};
+  std::mt19937 rng_;
+  std::uniform_int_distribution<int> pick_device_{0, 6};
+  std::uniform_int_distribution<int> pick_inputs_{0, 3};
+  std::uniform_int_distribution<int> pick_size_{1, 12};
+  std::bernoulli_distribution edge_{0.3};
+  std::bernoulli_distribution rare_device_{0.02};
+};
+
+uint8_t expected_events(const RandomPass& pass) {
+  const auto [multi, gpu_cpu] =
+      reference_events(pass.g, pass.nodes, pass.root, pass.min_topo_nr);
+  return (multi ? kMultiDeviceBackward : 0) | (gpu_cpu ? kGpuCpuBackward : 0);
+}
+
+TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
+  register_two_test_devices();
+  ApiUsageRecorder recorder;
+  RandomPassGenerator generator(20261130);
+  uint8_t expected_emitted = 0;
+  int mismatches = 0;
+  int classifier_disagreements = 0;
+  int graphs_with_multi = 0;
+  int graphs_with_gpu_cpu = 0;
+  for (int graph = 0; graph < 100000; ++graph) {
+    const RandomPass pass = generator.next();
+    const auto& nodes = pass.nodes;
+    const int root = pass.root;
+    const uint64_t min_topo_nr = pass.min_topo_nr;
     auto task = make_graph_task(nodes[root].get());
     run_bound_compute_dependencies(nodes[root].get(), *task, min_topo_nr);
-    const auto [multi, gpu_cpu] = reference_events(g, nodes, root, min_topo_nr);
-    const uint8_t expected =
-        (multi ? kMultiDeviceBackward : 0) | (gpu_cpu ? kGpuCpuBackward : 0);
+    const uint8_t expected = expected_events(pass);
+    const bool multi = expected & kMultiDeviceBackward;
+    const bool gpu_cpu = expected & kGpuCpuBackward;
     // The classifier on what libtorch's walk built decides like the model...
     const uint8_t decided =
-        census_backward_pass(nodes[root].get(), task->nodes_in_graph_).events();
-    const uint8_t early =
-        classify_backward_pass(
-            nodes[root].get(), task->nodes_in_graph_, kAllBackwardDeviceEvents)
+        census_backward_pass(
+            nodes[root].get(), task->nodes_in_graph_, min_topo_nr)
             .events();
+    const uint8_t early = classify_backward_pass(
+                              nodes[root].get(),
+                              task->nodes_in_graph_,
+                              kAllBackwardDeviceEvents,
+                              min_topo_nr)
+                              .events();
     // ...and the statistics' census and the early-stopping classifier agree
     // on every event a pass may still want (one event already fired, or
     // both, or neither).
@@ -558,7 +673,7 @@ TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
          ++wanted) {
       const uint8_t partial =
           classify_backward_pass(
-              nodes[root].get(), task->nodes_in_graph_, wanted)
+              nodes[root].get(), task->nodes_in_graph_, wanted, min_topo_nr)
               .events();
       if ((partial & wanted) != (decided & wanted)) {
         ++classifier_disagreements;
@@ -585,18 +700,46 @@ TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
   EXPECT_EQ(recorder.count(kGpuCpu), 1u);
 }
 
+// The hook itself, not only the pure functions, on every random graph: before
+// each pass the once-per-process logic is put back to "nothing fired" or to
+// "one event already fired" (reset_emitted_events_for_testing), so that every
+// pass runs the full per-pass path with a random pending mask.
+TEST(Property, HookOnFreshOrPartlyFiredStateMatchesTheModel) {
+  register_two_test_devices();
+  RandomPassGenerator generator(20261201);
+  const std::array<uint8_t, 3> already_emitted = {
+      kNoBackwardDeviceEvent, kMultiDeviceBackward, kGpuCpuBackward};
+  std::uniform_int_distribution<int> pick_already(0, 2);
+  int mismatches = 0;
+  int passes_that_emitted = 0;
+  for (int graph = 0; graph < 30000; ++graph) {
+    RandomPass pass = generator.next();
+    const uint8_t already = already_emitted[pick_already(generator.rng())];
+    reset_emitted_events_for_testing(already);
+    const uint64_t inspected_before = device_logging_status().nodes_inspected;
+    auto task = make_graph_task(pass.nodes[pass.root].get());
+    run_bound_compute_dependencies(
+        pass.nodes[pass.root].get(), *task, pass.min_topo_nr);
+    const uint8_t emitted = device_logging_status().events_emitted;
+    if (emitted != (already | expected_events(pass)) ||
+        device_logging_status().nodes_inspected == inspected_before) {
+      ++mismatches;
+    }
+    passes_that_emitted += emitted != already;
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_GT(passes_that_emitted, 100);
+  EXPECT_EQ(device_logging_status().disabled_reason, "");
+}
+
 TEST(DeviceStats, CpuOnlyProcessCountsPassesWithoutReadingNodes) {
-  // On a machine with GPUs this binary loads libtorch_cuda, whose device
-  // guard then reports them.
+  // ctest runs this binary with CUDA_VISIBLE_DEVICES= (test/CMakeLists.txt),
+  // so this holds on machines with GPUs too.
   const auto* cuda_guard =
       c10::impl::device_guard_impl_registry[static_cast<size_t>(
                                                 c10::DeviceType::CUDA)]
           .load();
-  if (cuda_guard != nullptr && cuda_guard->deviceCount() > 0) {
-    GTEST_SKIP() << "needs a process without accelerator devices; this one has "
-                 << static_cast<int>(cuda_guard->deviceCount())
-                 << " CUDA device(s)";
-  }
+  ASSERT_TRUE(cuda_guard == nullptr || cuda_guard->deviceCount() == 0);
   enable_backward_device_stats();
   for (int i = 0; i < 3; ++i) {
     auto x = torch::ones({2}, torch::requires_grad());

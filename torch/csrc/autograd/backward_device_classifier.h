@@ -188,16 +188,58 @@ struct PassDeviceSummary {
 // decision (folding is idempotent), only nodes_inspected; the engine's walk
 // never puts the root into nodes_in_graph_.
 
+// Note [Nodes below min_topo_nr are not part of the pass]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A partial pass (torch.autograd.grad, backward(inputs=)) hands the walk a
+// min_topo_nr, the lowest topological_nr of its output edges. The walk still
+// reaches nodes below it (they enter nodes_in_graph_) but does not expand
+// them: such a node lies on no path to an output edge and never runs.
+// Upstream's own events (torch >= 2.14) consider the root and only the nodes
+// at or above min_topo_nr, and fleet data mixes both, so the classifiers here
+// do the same. A plain backward() has min_topo_nr == 0, where every node
+// qualifies: that loop is a separate instantiation that reads no
+// topological_nr at all, so full passes pay nothing for the rule.
+
+namespace detail {
+
+// Folds the nodes of `nodes` that belong to the pass into `summary` until
+// every event in `wanted` is decided; returns how many nodes it read.
+template <bool kSkipBelowMinTopoNr, typename NodeRange>
+uint64_t fold_pass_nodes(
+    PassDeviceSummary& summary,
+    const NodeRange& nodes,
+    uint8_t wanted,
+    uint64_t min_topo_nr) noexcept {
+  uint64_t inspected = 0;
+  for (const Node* node : nodes) {
+    if constexpr (kSkipBelowMinTopoNr) {
+      if (node->topological_nr() < min_topo_nr) {
+        continue;
+      }
+    }
+    ++inspected;
+    if (summary.add_route(route_of(*node)) &&
+        (summary.events() & wanted) == wanted) {
+      break;
+    }
+  }
+  return inspected;
+}
+
+} // namespace detail
+
 // Classifies one backward pass: `root` plus every node in `nodes` (the set the
-// dependency walk visited). Only the events in `wanted` matter: reading stops
-// as soon as every one of them is decided to be true. Whether an event holds
-// never depends on the order of `nodes`; only how many nodes were read before
-// stopping does.
+// dependency walk visited) whose topological_nr is at least `min_topo_nr`
+// (Note [Nodes below min_topo_nr are not part of the pass]). Only the events
+// in `wanted` matter: reading stops as soon as every one of them is decided
+// to be true. Whether an event holds never depends on the order of `nodes`;
+// only how many nodes were read before stopping does.
 template <typename NodeRange>
 PassDeviceSummary classify_backward_pass(
     const Node* root,
     const NodeRange& nodes,
-    uint8_t wanted) noexcept {
+    uint8_t wanted,
+    uint64_t min_topo_nr = 0) noexcept {
   PassDeviceSummary summary;
   wanted &= kAllBackwardDeviceEvents;
   if (wanted == kNoBackwardDeviceEvent) {
@@ -207,15 +249,9 @@ PassDeviceSummary classify_backward_pass(
     // One node routes to one queue, so the root alone decides no event.
     summary.add(*root);
   }
-  uint64_t inspected = 0;
-  for (const Node* node : nodes) {
-    ++inspected;
-    if (summary.add_route(route_of(*node)) &&
-        (summary.events() & wanted) == wanted) {
-      break;
-    }
-  }
-  summary.nodes_inspected += inspected;
+  summary.nodes_inspected += min_topo_nr == 0
+      ? detail::fold_pass_nodes<false>(summary, nodes, wanted, 0)
+      : detail::fold_pass_nodes<true>(summary, nodes, wanted, min_topo_nr);
   return summary;
 }
 
@@ -279,17 +315,21 @@ struct PassDeviceCensus {
   }
 };
 
-// The census of a whole pass (root plus `nodes`, root read once).
+// The census of a whole pass: root plus the nodes of `nodes` at or above
+// `min_topo_nr` (Note [Nodes below min_topo_nr are not part of the pass]),
+// root read once.
 template <typename NodeRange>
 PassDeviceCensus census_backward_pass(
     const Node* root,
-    const NodeRange& nodes) noexcept {
+    const NodeRange& nodes,
+    uint64_t min_topo_nr = 0) noexcept {
   PassDeviceCensus census;
   if (root != nullptr) {
     census.add(*root);
   }
   for (const Node* node : nodes) {
-    if (node != root) {
+    if (node != root &&
+        (min_topo_nr == 0 || node->topological_nr() >= min_topo_nr)) {
       census.add(*node);
     }
   }

@@ -41,6 +41,15 @@ using ClassifierFaultForTesting = void (*)();
 AUTOGRAD_DEVICE_LOGGING_API void set_classifier_fault_for_testing(
     ClassifierFaultForTesting fault) noexcept;
 
+// Test seam. Puts the once-per-process logic back to a process in which
+// exactly the events in `events_already_emitted` (BackwardDeviceEvent bits)
+// have been emitted, so that one process can run the hook on many graphs with
+// fresh, or partly fired, state. C10_LOG_API_USAGE_ONCE still logs each event
+// only once per process, so such tests read events_emitted. Does nothing once
+// the library is disabled. Not meant for production code.
+AUTOGRAD_DEVICE_LOGGING_API void reset_emitted_events_for_testing(
+    uint8_t events_already_emitted) noexcept;
+
 } // namespace torch::autograd::device_logging
 
 extern "C" {

@@ -57,6 +57,20 @@ const std::string* disabled_reason() noexcept {
 
 } // namespace detail
 
+void reset_emitted_events_for_testing(uint8_t events_already_emitted) noexcept {
+  const uint8_t done = events_already_emitted & detail::kStateAllEventsDone;
+  uint8_t current = detail::state.load(std::memory_order_relaxed);
+  uint8_t next = 0;
+  do {
+    if (current & detail::kStateDisabled) {
+      return;
+    }
+    next = static_cast<uint8_t>(current & ~detail::kStateAllEventsDone) | done;
+  } while (!detail::state.compare_exchange_weak(
+      current, next, std::memory_order_relaxed));
+  detail::events_emitted.store(done, std::memory_order_relaxed);
+}
+
 DeviceLoggingStatus device_logging_status() {
   DeviceLoggingStatus status;
   status.hook_has_run =

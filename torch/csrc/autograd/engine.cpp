@@ -54,8 +54,18 @@ void Engine::compute_dependencies(
   namespace detail = device_logging::detail;
   const device_logging::ComputeDependenciesFn libtorch_fn =
       detail::libtorch_compute_dependencies;
-  // Without libtorch's definition there is nothing to forward to; failing the
-  // backward with a clear error beats computing no dependencies.
+  // Note [When libtorch's compute_dependencies cannot be found]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // The load-time check then disables the library with one warning naming
+  // the cause (status says why). A definition that is already bound cannot
+  // be un-bound, and loading the library into a local scope would not help:
+  // libtorch_cpu, loaded as its dependency, is relocated within that same
+  // scope, where this definition comes first. In a real process the case
+  // cannot arise, since libtorch calls this definition by the very name the
+  // lookup searches for, and a library that links libtorch_cpu finds it
+  // through its handle; only a test build that searches for another name
+  // gets here. If it ever did, no dependency walk could run at all, and a
+  // clear error beats running the backward with no dependencies.
   TORCH_CHECK(
       libtorch_fn != nullptr,
       "autograd_device_logging: libtorch's Engine::compute_dependencies "
@@ -65,7 +75,7 @@ void Engine::compute_dependencies(
   // are all a pass costs; see Note [Device logging state].
   if (detail::state.load(std::memory_order_relaxed) !=
       detail::kNothingLeftToLog) {
-    device_logging::log_backward_devices(root, task);
+    device_logging::log_backward_devices(root, task, min_topo_nr);
   }
 }
 

@@ -82,7 +82,10 @@ void emit(uint8_t decided) {
 
 } // namespace
 
-void log_backward_devices(const Node* root, const GraphTask& task) noexcept {
+void log_backward_devices(
+    const Node* root,
+    const GraphTask& task,
+    uint64_t min_topo_nr) noexcept {
   uint8_t current = state.load(std::memory_order_relaxed);
   if (!(current & detail::kStateHookHasRun)) {
     current =
@@ -111,7 +114,7 @@ void log_backward_devices(const Node* root, const GraphTask& task) noexcept {
     }
     if (stats) {
       const PassDeviceCensus census =
-          census_backward_pass(root, task.nodes_in_graph_);
+          census_backward_pass(root, task.nodes_in_graph_, min_topo_nr);
       detail::nodes_inspected.fetch_add(
           census.nodes_inspected, std::memory_order_relaxed);
       detail::record_backward_pass(
@@ -119,8 +122,8 @@ void log_backward_devices(const Node* root, const GraphTask& task) noexcept {
       emit(census.events() & pending);
       return;
     }
-    const PassDeviceSummary summary =
-        classify_backward_pass(root, task.nodes_in_graph_, pending);
+    const PassDeviceSummary summary = classify_backward_pass(
+        root, task.nodes_in_graph_, pending, min_topo_nr);
     detail::nodes_inspected.fetch_add(
         summary.nodes_inspected, std::memory_order_relaxed);
     emit(summary.events() & pending);

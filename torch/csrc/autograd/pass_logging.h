@@ -9,8 +9,12 @@
 
 namespace torch::autograd::device_logging {
 
-// Classifies the pass whose dependencies were just computed and emits the
-// API-usage events it decides. Never throws and never allocates per node.
-void log_backward_devices(const Node* root, const GraphTask& task) noexcept;
+// Classifies the pass whose dependencies were just computed (with
+// `min_topo_nr`, as the walk got it) and emits the API-usage events it
+// decides. Never throws and never allocates per node.
+void log_backward_devices(
+    const Node* root,
+    const GraphTask& task,
+    uint64_t min_topo_nr) noexcept;
 
 } // namespace torch::autograd::device_logging
