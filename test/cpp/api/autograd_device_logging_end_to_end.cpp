@@ -11,10 +11,13 @@
 
 #include <torch/torch.h>
 
+#include <c10/util/Logging.h>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -244,6 +247,40 @@ TEST(ClassifierFault, SixteenThreadsFailingAtOnceWarnOnce) {
   EXPECT_TRUE(recorder.events().empty());
 }
 
+TEST(ClassifierFault, FaultWithStatisticsOnDisablesOnce) {
+  enable_backward_device_stats();
+  expect_fault_disables_the_library_once(
+      [] { TORCH_CHECK(false, "injected with stats on"); },
+      "injected with stats on");
+  // Disabled means disabled: the statistics stop counting too.
+  const uint64_t counted = backward_device_stats().passes();
+  run_mixed_pass_and_check_gradient();
+  EXPECT_EQ(backward_device_stats().passes(), counted);
+}
+
+TEST(ClassifierFault, ThrowingApiUsageLoggerDisablesOnce) {
+  // A user's logger that throws when the library emits an event: the throw
+  // happens inside emit(), must not reach the engine, and disables the
+  // library with one warning.
+  c10::SetAPIUsageLogger([](const std::string& event) {
+    if (event == kGpuCpuBackwardEventName ||
+        event == kMultiDeviceBackwardEventName) {
+      throw std::runtime_error("user logger failed");
+    }
+  });
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 5; ++i) {
+    run_mixed_pass_and_check_gradient();
+  }
+  const std::string stderr_text = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(occurrences(stderr_text, "autograd_device_logging is disabled"), 1u)
+      << stderr_text;
+  EXPECT_NE(
+      device_logging_status().disabled_reason.find("user logger failed"),
+      std::string::npos)
+      << device_logging_status().disabled_reason;
+}
+
 // --- Per-pass statistics
 // ------------------------------------------------------
 
@@ -266,6 +303,9 @@ TEST(DeviceStats, AreOffByDefault) {
   const BackwardDeviceStats stats = backward_device_stats();
   EXPECT_FALSE(stats.enabled);
   EXPECT_EQ(stats.passes(), 0u);
+  // The hook did classify these passes; it only counted none of them.
+  EXPECT_GT(device_logging_status().nodes_inspected, 0u);
+  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
 }
 
 TEST(DeviceStats, CountEveryClassAndReset) {
@@ -296,6 +336,19 @@ TEST(DeviceStats, CountEveryClassAndReset) {
   enable_backward_device_stats(false);
   run_one_pass_of_each_class();
   EXPECT_EQ(backward_device_stats().passes(), 1u);
+}
+
+TEST(DeviceStats, MaxIsTheWidestPassNotTheLast) {
+  enable_backward_device_stats();
+  auto on0 = leaf(kDevice0);
+  auto on1 = leaf(kDevice1);
+  ((on0 * 2).sum() + on1.sum().to(kDevice0)).backward(); // 2 accelerators
+  (on0 * 2).sum().backward(); // 1 accelerator, after the widest
+  EXPECT_EQ(backward_device_stats().max_accelerators_in_one_pass, 2);
+  reset_backward_device_stats();
+  EXPECT_EQ(backward_device_stats().max_accelerators_in_one_pass, 0);
+  (on1 * 2).sum().backward();
+  EXPECT_EQ(backward_device_stats().max_accelerators_in_one_pass, 1);
 }
 
 TEST(DeviceStats, CountExactlyUnderConcurrentPasses) {

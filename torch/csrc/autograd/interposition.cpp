@@ -70,10 +70,17 @@ namespace {
 // torch::autograd::Engine::compute_dependencies(Node*, GraphTask&, uint64_t);
 // engine.cpp pins the member function's type with a static_assert so that
 // this name cannot drift from the definition it names.
+#ifdef AUTOGRAD_DEVICE_LOGGING_COMPUTE_DEPENDENCIES_SYMBOL_OVERRIDE
+// Test builds look for a name libtorch does not define, to exercise
+// Note [When libtorch's compute_dependencies cannot be found] (engine.cpp).
+constexpr const char* kComputeDependenciesSymbol =
+    AUTOGRAD_DEVICE_LOGGING_COMPUTE_DEPENDENCIES_SYMBOL_OVERRIDE;
+#else
 // clang-format off
 constexpr const char* kComputeDependenciesSymbol =
     "_ZN5torch8autograd6Engine20compute_dependenciesEPNS0_4NodeERNS0_9GraphTaskEm";
 // clang-format on
+#endif
 
 // Path of the loaded object that contains `address`, or "" if none does.
 std::string object_path_of(const void* address) {
