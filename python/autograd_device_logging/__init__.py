@@ -22,6 +22,8 @@ import sys
 import warnings
 from typing import FrozenSet, Optional
 
+__version__ = "0.1.0"
+
 __all__ = [
     "Status",
     "library_path",
