@@ -27,25 +27,45 @@ class BuildWithCMake(build_py):
         try:
             import torch  # noqa: F401
         except ImportError:
-            sys.exit("autograd_device_logging builds against the installed torch: "
-                     "install torch first and use pip install --no-build-isolation")
+            sys.exit(
+                "autograd_device_logging builds against the installed torch: "
+                "install torch first and use pip install --no-build-isolation"
+            )
         with tempfile.TemporaryDirectory() as build:
             generator = ["-G", "Ninja"] if shutil.which("ninja") else []
             subprocess.check_call(
-                ["cmake", "-S", ROOT, "-B", build, *generator,
-                 f"-DPython3_EXECUTABLE={sys.executable}",
-                 "-DCMAKE_BUILD_TYPE=Release",
-                 "-DAUTOGRAD_DEVICE_LOGGING_BUILD_TESTS=OFF",
-                 "-DAUTOGRAD_DEVICE_LOGGING_WHEEL=ON"])
+                [
+                    "cmake",
+                    "-S",
+                    ROOT,
+                    "-B",
+                    build,
+                    *generator,
+                    f"-DPython3_EXECUTABLE={sys.executable}",
+                    "-DCMAKE_BUILD_TYPE=Release",
+                    "-DAUTOGRAD_DEVICE_LOGGING_BUILD_TESTS=OFF",
+                    "-DAUTOGRAD_DEVICE_LOGGING_WHEEL=ON",
+                ]
+            )
             subprocess.check_call(
-                ["cmake", "--build", build, "--target", "autograd_device_logging_library",
-                 "--parallel", str(os.cpu_count() or 1)])
+                [
+                    "cmake",
+                    "--build",
+                    build,
+                    "--target",
+                    "autograd_device_logging_library",
+                    "--parallel",
+                    str(os.cpu_count() or 1),
+                ]
+            )
             target = os.path.join(self.build_lib, "autograd_device_logging")
             os.makedirs(target, exist_ok=True)
             shutil.copy2(
-                os.path.join(build, "python", "autograd_device_logging",
-                             "libautograd_device_logging.so"),
-                target)
+                os.path.join(
+                    build, "python", "autograd_device_logging", "libautograd_device_logging.so"
+                ),
+                target,
+            )
 
 
 try:

@@ -43,19 +43,20 @@ def sh(cmd, env=None, **kwargs):
 def setup(requirements, build_dir, cmake_args=""):
     env = dict(os.environ)
     env["AUTOGRAD_DEVICE_LOGGING_REQUIREMENTS"] = requirements
-    venv = sh(["bash", f"{REPO}/tools/setup_env.sh"], env=env,
-              capture_output=True).stdout.strip()
+    venv = sh(["bash", f"{REPO}/tools/setup_env.sh"], env=env, capture_output=True).stdout.strip()
     python = os.path.join(venv, "bin", "python")
     env["AUTOGRAD_DEVICE_LOGGING_BUILD_DIR"] = build_dir
     env["AUTOGRAD_DEVICE_LOGGING_CMAKE_ARGS"] = cmake_args
     sh(["bash", f"{REPO}/tools/build.sh", python], env=env, capture_output=True)
-    version = sh([python, "-c", "import torch; print(torch.__version__)"],
-                 capture_output=True).stdout.strip()
+    version = sh(
+        [python, "-c", "import torch; print(torch.__version__)"], capture_output=True
+    ).stdout.strip()
     return {
         "torch": version,
         "bench": os.path.join(build_dir, "benchmarks", "autograd_device_logging_bench"),
-        "lib": os.path.join(build_dir, "python", "autograd_device_logging",
-                            "libautograd_device_logging.so"),
+        "lib": os.path.join(
+            build_dir, "python", "autograd_device_logging", "libautograd_device_logging.so"
+        ),
         "accel": os.path.join(build_dir, "test", "libautograd_test_accelerator.so"),
     }
 
@@ -70,8 +71,9 @@ COMPUTE_DEPENDENCIES = "Engine::compute_dependencies("
 
 def inclusive_costs(path):
     """(program total, libtorch's compute_dependencies, ours) inclusive Ir."""
-    out = sh(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
-             capture_output=True).stdout
+    out = sh(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", path], capture_output=True
+    ).stdout
     total = libtorch = ours = 0
     for line in out.splitlines():
         match = re.match(r"\s*([\d,]+) .*", line)
@@ -96,10 +98,20 @@ def callgrind(build, patched, accelerator, iterations, max_nodes):
     with tempfile.TemporaryDirectory() as out:
         env = dict(os.environ, OMP_NUM_THREADS="1")
         env.pop("LD_PRELOAD", None)
-        sh(["valgrind", "--tool=callgrind", "--collect-atstart=no",
-            f"--callgrind-out-file={out}/cg.%p", bench_of(build, patched),
-            f"--callgrind={iterations}", f"--max-nodes={max_nodes}", *flags],
-           env=env, capture_output=True)
+        sh(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--collect-atstart=no",
+                f"--callgrind-out-file={out}/cg.%p",
+                bench_of(build, patched),
+                f"--callgrind={iterations}",
+                f"--max-nodes={max_nodes}",
+                *flags,
+            ],
+            env=env,
+            capture_output=True,
+        )
         results = {}
         for path in glob.glob(f"{out}/cg.*.*"):
             head = open(path, "rb").read(4096).decode("latin-1")
@@ -110,8 +122,11 @@ def callgrind(build, patched, accelerator, iterations, max_nodes):
             calls = int(reps[1:])
             total, libtorch, ours = inclusive_costs(path)
             results[(what, shape, placement, int(nodes), phase)] = {
-                "total": total / calls, "libtorch": libtorch / calls, "ours": ours / calls,
-                "added": (ours - libtorch) / calls if ours else 0.0}
+                "total": total / calls,
+                "libtorch": libtorch / calls,
+                "ours": ours / calls,
+                "added": (ours - libtorch) / calls if ours else 0.0,
+            }
         return results
 
 
@@ -121,10 +136,19 @@ def wall(build, state, max_nodes):
     if state == "lib_after":
         flags.append("--fire")
     env = dict(os.environ)
-    out = sh([bench_of(build, patched), *flags, f"--max-nodes={max_nodes}",
-              "--benchmark_format=json", "--benchmark_min_time=0.1",
-              "--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true"],
-             env=env, capture_output=True).stdout
+    out = sh(
+        [
+            bench_of(build, patched),
+            *flags,
+            f"--max-nodes={max_nodes}",
+            "--benchmark_format=json",
+            "--benchmark_min_time=0.1",
+            "--benchmark_repetitions=3",
+            "--benchmark_report_aggregates_only=true",
+        ],
+        env=env,
+        capture_output=True,
+    ).stdout
     times = {}
     for b in json.loads(out)["benchmarks"]:
         if b.get("aggregate_name") == "median":
@@ -164,23 +188,34 @@ def main():
     }
     upstream = None
     if not args.no_upstream:
-        upstream = setup(os.path.join(REPO, "benchmarks", "requirements-upstream.txt"),
-                         os.path.join(REPO, "build-upstream"),
-                         "-DAUTOGRAD_DEVICE_LOGGING_BENCHMARK_ON_NATIVE_TORCH=ON")
+        upstream = setup(
+            os.path.join(REPO, "benchmarks", "requirements-upstream.txt"),
+            os.path.join(REPO, "build-upstream"),
+            "-DAUTOGRAD_DEVICE_LOGGING_BENCHMARK_ON_NATIVE_TORCH=ON",
+        )
         jobs["upstream_stock"] = (upstream, False, True)
         jobs["upstream_ours"] = (upstream, True, True)
     print(f"callgrind: {len(jobs)} runs", flush=True)
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        futures = {key: pool.submit(callgrind, b, p, a, iterations, max_nodes)
-                   for key, (b, p, a) in jobs.items()}
+        futures = {
+            key: pool.submit(callgrind, b, p, a, iterations, max_nodes)
+            for key, (b, p, a) in jobs.items()
+        }
         ir = {key: f.result() for key, f in futures.items()}
     print("wall times", flush=True)
-    wt = {s: wall(pinned, s, max_nodes) for s in ("stock", "lib_noaccel", "lib_before", "lib_after")}
+    wt = {
+        s: wall(pinned, s, max_nodes) for s in ("stock", "lib_noaccel", "lib_before", "lib_after")
+    }
 
     def keys(run, what, placement=None, phase="before"):
-        return sorted((k for k in ir[run] if k[0] == what and k[4] == phase
-                       and (placement is None or k[2] == placement)),
-                      key=lambda k: (k[1], k[2], k[3]))
+        return sorted(
+            (
+                k
+                for k in ir[run]
+                if k[0] == what and k[4] == phase and (placement is None or k[2] == placement)
+            ),
+            key=lambda k: (k[1], k[2], k[3]),
+        )
 
     def name(k):
         return "/".join(str(x) for x in k[:4])
@@ -190,27 +225,38 @@ def main():
     verdicts = []
     w("# Overhead of autograd device logging")
     w("")
-    w(f"Written by `python3 benchmarks/run_benchmarks.py{' --quick' if args.quick else ''}"
-      f"{' --no-upstream' if args.no_upstream else ''}` on "
-      f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC.")
+    w(
+        f"Written by `python3 benchmarks/run_benchmarks.py{' --quick' if args.quick else ''}"
+        f"{' --no-upstream' if args.no_upstream else ''}` on "
+        f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC."
+    )
     w("")
     w(f"- machine: {machine()}")
-    w(f"- pinned torch: {pinned['torch']}" + (f"; upstream torch: {upstream['torch']}" if upstream else ""))
-    w(f"- instruction counts (Ir): callgrind, collection on only around the measured call, "
-      f"{iterations} calls per case (1 for 100,000-node graphs), OMP_NUM_THREADS=1. "
-      "Every figure is a difference inside one process: the patched "
-      "compute_dependencies' inclusive cost minus that of libtorch's, which it calls; "
-      "'before'/'after' are the same graphs in the same process. Comparing two processes "
-      "would mostly measure where the nodes were allocated (the walk hashes Node "
-      "pointers), a few percent either way.")
-    w("- graphs: `chain` is one path of N nodes; `wide` is N/2 parallel leaf->mul "
-      "branches under one stack; `cpu` graphs live on the CPU, `testaccel` graphs on "
-      "testaccel:0 with a CPU leaf")
+    w(
+        f"- pinned torch: {pinned['torch']}"
+        + (f"; upstream torch: {upstream['torch']}" if upstream else "")
+    )
+    w(
+        f"- instruction counts (Ir): callgrind, collection on only around the measured call, "
+        f"{iterations} calls per case (1 for 100,000-node graphs), OMP_NUM_THREADS=1. "
+        "Every figure is a difference inside one process: the patched "
+        "compute_dependencies' inclusive cost minus that of libtorch's, which it calls; "
+        "'before'/'after' are the same graphs in the same process. Comparing two processes "
+        "would mostly measure where the nodes were allocated (the walk hashes Node "
+        "pointers), a few percent either way."
+    )
+    w(
+        "- graphs: `chain` is one path of N nodes; `wide` is N/2 parallel leaf->mul "
+        "branches under one stack; `cpu` graphs live on the CPU, `testaccel` graphs on "
+        "testaccel:0 with a CPU leaf"
+    )
     w("")
     w("## CPU-only process (the common case)")
     w("")
-    w("The library in a process without accelerator devices. Targets: at most +10% on "
-      "compute_dependencies and +1% on the whole backward().")
+    w(
+        "The library in a process without accelerator devices. Targets: at most +10% on "
+        "compute_dependencies and +1% on the whole backward()."
+    )
     w("")
     w("| case | libtorch's walk Ir/call | whole call Ir | added by the library Ir/call | added % |")
     w("| --- | ---: | ---: | ---: | ---: |")
@@ -224,45 +270,61 @@ def main():
                 worst_deps = max(worst_deps, share)
             else:
                 worst_backward = max(worst_backward, share)
-            w(f"| {name(k)} | {r['libtorch']:,.0f} | {r['total']:,.0f} | {r['added']:+,.1f} | {share:+.3f}% |")
-    verdicts.append(f"CPU-only process: at most {worst_deps:+.3f}% on compute_dependencies "
-                    f"(target +10%), {worst_backward:+.3f}% on backward() (target +1%): "
-                    + ("met" if worst_deps <= 10 and worst_backward <= 1 else "MISSED"))
+            w(
+                f"| {name(k)} | {r['libtorch']:,.0f} | {r['total']:,.0f} | {r['added']:+,.1f} | {share:+.3f}% |"
+            )
+    verdicts.append(
+        f"CPU-only process: at most {worst_deps:+.3f}% on compute_dependencies "
+        f"(target +10%), {worst_backward:+.3f}% on backward() (target +1%): "
+        + ("met" if worst_deps <= 10 and worst_backward <= 1 else "MISSED")
+    )
     w("")
     w("## Process with an accelerator: before and after the events fired")
     w("")
-    w("The test accelerator is loaded, so passes are classified. 'before': no event has "
-      "fired; a CPU graph is then read to its end (the multi-device question stays open), "
-      "the worst case. 'after': both fired; target at most 20 instructions per pass and "
-      "none per node.")
+    w(
+        "The test accelerator is loaded, so passes are classified. 'before': no event has "
+        "fired; a CPU graph is then read to its end (the multi-device question stays open), "
+        "the worst case. 'after': both fired; target at most 20 instructions per pass and "
+        "none per node."
+    )
     w("")
-    w("| case | libtorch's walk Ir/call | before: added Ir/call | before: added Ir/node "
-      "| before: added % of walk | after: added Ir/call |")
+    w(
+        "| case | libtorch's walk Ir/call | before: added Ir/call | before: added Ir/node "
+        "| before: added % of walk | after: added Ir/call |"
+    )
     w("| --- | ---: | ---: | ---: | ---: | ---: |")
     worst_after = 0.0
     for k in keys("accel_process", "compute_dependencies"):
         before = ir["accel_process"][k]
         after = ir["accel_process"][k[:4] + ("after",)]
         worst_after = max(worst_after, after["added"])
-        w(f"| {name(k)} | {before['libtorch']:,.0f} | {before['added']:+,.1f} | "
-          f"{before['added'] / k[3]:+.2f} | {pct(before['ours'], before['libtorch']):+.2f}% | "
-          f"{after['added']:+,.1f} |")
-    verdicts.append(f"after both events fired: at most {worst_after:.1f} added instructions "
-                    "per pass whatever the graph size (target 20, none per node): "
-                    + ("met" if worst_after <= 20 else "MISSED"))
+        w(
+            f"| {name(k)} | {before['libtorch']:,.0f} | {before['added']:+,.1f} | "
+            f"{before['added'] / k[3]:+.2f} | {pct(before['ours'], before['libtorch']):+.2f}% | "
+            f"{after['added']:+,.1f} |"
+        )
+    verdicts.append(
+        f"after both events fired: at most {worst_after:.1f} added instructions "
+        "per pass whatever the graph size (target 20, none per node): "
+        + ("met" if worst_after <= 20 else "MISSED")
+    )
     if upstream:
         w("")
         w(f"## Side by side with upstream's implementation (torch {upstream['torch']})")
         w("")
-        w("Per-node cost of classifying before the events fired, on compute_dependencies of "
-          "CPU graphs in a process with the test accelerator: (Ir before firing - Ir after "
-          "firing) / nodes, same graphs, same process. Upstream: libtorch's own "
-          f"compute_dependencies in stock torch {upstream['torch']}. Ours: the instructions "
-          f"the library adds, on torch {pinned['torch']}, and (built only for this "
-          f"comparison, on top of upstream's own logging) on {upstream['torch']}.")
+        w(
+            "Per-node cost of classifying before the events fired, on compute_dependencies of "
+            "CPU graphs in a process with the test accelerator: (Ir before firing - Ir after "
+            "firing) / nodes, same graphs, same process. Upstream: libtorch's own "
+            f"compute_dependencies in stock torch {upstream['torch']}. Ours: the instructions "
+            f"the library adds, on torch {pinned['torch']}, and (built only for this "
+            f"comparison, on top of upstream's own logging) on {upstream['torch']}."
+        )
         w("")
-        w(f"| case | upstream {upstream['torch']} Ir/node | ours on {pinned['torch']} Ir/node "
-          f"| ours on {upstream['torch']} Ir/node |")
+        w(
+            f"| case | upstream {upstream['torch']} Ir/node | ours on {pinned['torch']} Ir/node "
+            f"| ours on {upstream['torch']} Ir/node |"
+        )
         w("| --- | ---: | ---: | ---: |")
         ours_worse = []
         for k in keys("accel_process", "compute_dependencies", placement="cpu"):
@@ -277,9 +339,14 @@ def main():
             if n >= 1000 and ours_node > up_node:
                 ours_worse.append(name(k))
             w(f"| {name(k)} | {up_node:+.2f} | {ours_node:+.2f} | {(o2_b - o2_a) / n:+.2f} |")
-        verdicts.append("per node before firing, ours vs upstream (graphs of 1,000+ nodes): "
-                        + ("ours no more than upstream's" if not ours_worse
-                           else "ours MORE than upstream's on " + ", ".join(ours_worse)))
+        verdicts.append(
+            "per node before firing, ours vs upstream (graphs of 1,000+ nodes): "
+            + (
+                "ours no more than upstream's"
+                if not ours_worse
+                else "ours MORE than upstream's on " + ", ".join(ours_worse)
+            )
+        )
     w("")
     w("## Wall time (Google Benchmark, median of 3, microseconds), pinned torch")
     w("")

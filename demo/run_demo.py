@@ -16,8 +16,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from backward_device_scenarios import SCENARIOS  # noqa: E402
 
-NEEDS = {"cpu_only": 0, "device0_alone": 1, "device0_and_cpu": 1,
-         "device0_and_device1": 2, "device0_device1_and_cpu": 2}
+NEEDS = {
+    "cpu_only": 0,
+    "device0_alone": 1,
+    "device0_and_cpu": 1,
+    "device0_and_device1": 2,
+    "device0_device1_and_cpu": 2,
+}
 
 
 def main():
@@ -45,12 +50,25 @@ def main():
             print(f"{name:<26}{'-':<11}{'':<62}skipped: needs {NEEDS[name]} CUDA devices")
             continue
         proc = subprocess.run(
-            [sys.executable, "-m", "autograd_device_logging",
-             os.path.join(HERE, "backward_device_scenarios.py"), name, backend],
-            env=env, capture_output=True, text=True, timeout=300)
-        events = [line.split()[1] for line in proc.stderr.splitlines()
-                  if line.startswith("PYTORCH_API_USAGE torch.autograd.")
-                  and line.split()[1].endswith(("multidevice_backward", "gpu_cpu_backward"))]
+            [
+                sys.executable,
+                "-m",
+                "autograd_device_logging",
+                os.path.join(HERE, "backward_device_scenarios.py"),
+                name,
+                backend,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        events = [
+            line.split()[1]
+            for line in proc.stderr.splitlines()
+            if line.startswith("PYTORCH_API_USAGE torch.autograd.")
+            and line.split()[1].endswith(("multidevice_backward", "gpu_cpu_backward"))
+        ]
         ok = proc.returncode == 0 and sorted(events) == sorted(expected)
         failures += not ok
         shown = ", ".join(e.replace("torch.autograd.", "") for e in events) or "(none)"

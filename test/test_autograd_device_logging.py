@@ -15,17 +15,14 @@ import tempfile
 import textwrap
 import unittest
 
-import torch
 from torch.testing._internal.common_utils import TestCase, run_tests
 
+import torch
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD_DIR = os.environ.get(
-    "AUTOGRAD_DEVICE_LOGGING_BUILD_DIR", os.path.join(REPO, "build")
-)
+BUILD_DIR = os.environ.get("AUTOGRAD_DEVICE_LOGGING_BUILD_DIR", os.path.join(REPO, "build"))
 PACKAGE_ROOT = os.path.join(BUILD_DIR, "python")
-LIBRARY = os.path.join(
-    PACKAGE_ROOT, "autograd_device_logging", "libautograd_device_logging.so"
-)
+LIBRARY = os.path.join(PACKAGE_ROOT, "autograd_device_logging", "libautograd_device_logging.so")
 OTHER_TORCH_LIBRARY = os.path.join(
     BUILD_DIR, "test", "for_other_torch", "libautograd_device_logging.so"
 )
@@ -41,7 +38,9 @@ LATE_IMPORT_WARNING = (
     "bound Engine::compute_dependencies to its own definition when torch was "
     "imported, so backward passes in this process are not logged."
 )
-LOOKUP_ORDER_WARNING = "autograd_device_logging is loaded, but the first Engine::compute_dependencies"
+LOOKUP_ORDER_WARNING = (
+    "autograd_device_logging is loaded, but the first Engine::compute_dependencies"
+)
 EVENTS = ("torch.autograd.multidevice_backward", "torch.autograd.gpu_cpu_backward")
 # Set by `tools/run_sanitizers.sh address` to the ASan runtime, which has to
 # come first in every child that loads the instrumented library.
@@ -72,8 +71,7 @@ def autograd_events(stderr):
     return [
         line.split()[1]
         for line in stderr.splitlines()
-        if line.startswith("PYTORCH_API_USAGE torch.autograd.")
-        and line.split()[1] in EVENTS
+        if line.startswith("PYTORCH_API_USAGE torch.autograd.") and line.split()[1] in EVENTS
     ]
 
 
@@ -92,7 +90,7 @@ class ChildResult:
         self.status = None
         for line in proc.stdout.splitlines():
             if line.startswith("STATUS "):
-                self.status = json.loads(line[len("STATUS "):])
+                self.status = json.loads(line[len("STATUS ") :])
 
 
 def run_child(args, env_extra=None, with_package=True, stdin_code=None):
@@ -126,7 +124,9 @@ def run_child(args, env_extra=None, with_package=True, stdin_code=None):
 # called without an active exception"; seen with and without this library on
 # the test accelerator). Children therefore flush and leave with os._exit, so
 # that a test's verdict is about the backward passes, not that race.
-EXIT_NOW = "\nimport os as _os, sys as _sys\n_sys.stdout.flush(); _sys.stderr.flush(); _os._exit(0)\n"
+EXIT_NOW = (
+    "\nimport os as _os, sys as _sys\n_sys.stdout.flush(); _sys.stderr.flush(); _os._exit(0)\n"
+)
 
 
 def run_code(code, **kwargs):
@@ -201,7 +201,9 @@ class TestAutogradDeviceLogging(TestCase):
     def test_launcher_runs_a_script_with_the_library_active(self):
         script = os.path.join(self.tmp.name, "train.py")
         with open(script, "w") as f:
-            f.write(CPU_MODEL + STATUS_JSON + "import sys\nprint('ARGS', sys.argv[1:])\n" + EXIT_NOW)
+            f.write(
+                CPU_MODEL + STATUS_JSON + "import sys\nprint('ARGS', sys.argv[1:])\n" + EXIT_NOW
+            )
         result = run_child(["-m", "autograd_device_logging", script, "--lr", "0.1"])
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertTrue(result.status["active"])
@@ -230,8 +232,11 @@ class TestAutogradDeviceLogging(TestCase):
         self.assertIn("active:           yes", result.stdout)
 
     def test_ld_preload_activates_and_is_not_inherited(self):
-        code = CPU_MODEL + STATUS_JSON + textwrap.dedent(
-            """
+        code = (
+            CPU_MODEL
+            + STATUS_JSON
+            + textwrap.dedent(
+                """
             import os, subprocess, sys
             print("PARENT_PRELOAD", repr(os.environ.get("LD_PRELOAD")))
             child = subprocess.run(
@@ -239,6 +244,7 @@ class TestAutogradDeviceLogging(TestCase):
                 capture_output=True, text=True)
             print("CHILD_PRELOAD", child.stdout.strip())
             """
+            )
         )
         result = run_code(code, env_extra={"LD_PRELOAD": LIBRARY})
         self.assertEqual(result.returncode, 0, result.stderr)
@@ -252,7 +258,8 @@ class TestAutogradDeviceLogging(TestCase):
         libm = "libm.so.6"
         code = "import os; print('PRELOAD', os.environ.get('LD_PRELOAD'))"
         result = run_code(
-            code, env_extra={"LD_PRELOAD": f"{libm}:{LIBRARY} {libm}"},
+            code,
+            env_extra={"LD_PRELOAD": f"{libm}:{LIBRARY} {libm}"},
             with_package=False,
         )
         self.assertEqual(result.returncode, 0, result.stderr)
@@ -279,7 +286,9 @@ class TestAutogradDeviceLogging(TestCase):
             """
         )
         stock, _ = self.saved_grads("stock", prologue=models, with_package=False, with_status=False)
-        patched, result = self.saved_grads("patched", prologue="import autograd_device_logging\n" + models)
+        patched, result = self.saved_grads(
+            "patched", prologue="import autograd_device_logging\n" + models
+        )
         self.assertGreater(len(stock), 20)
         self.assert_same_grads(stock, patched)
         self.assertTrue(result.status["active"])
@@ -616,7 +625,9 @@ class TestWithTestAccelerator(TestCase):
         )
         self.assertIn("GRADS_OK", result.stdout)
         self.assertEqual(result.events, [])
-        self.assertEqual(result.stderr.count("autograd_device_logging is disabled"), 1, result.stderr)
+        self.assertEqual(
+            result.stderr.count("autograd_device_logging is disabled"), 1, result.stderr
+        )
         self.assertIn("injected classifier fault", result.status["disabled_reason"])
         self.assertNotIn("Exception raised from", result.status["disabled_reason"])
         self.assertEqual(result.status["nodes_inspected"], 0)
@@ -730,7 +741,7 @@ print("STATS " + json.dumps(dataclasses.asdict(autograd_device_logging.device_st
 def stats_of(result):
     for line in result.stdout.splitlines():
         if line.startswith("STATS "):
-            return json.loads(line[len("STATS "):])
+            return json.loads(line[len("STATS ") :])
     raise AssertionError("no STATS line in: " + result.stdout + result.stderr)
 
 
@@ -742,9 +753,7 @@ class TestDeviceStats(TestCase):
         require_built(self, LIBRARY, ACCELERATOR_LIBRARY)
 
     def test_off_by_default(self):
-        result = run_code(
-            WITH_TEST_ACCELERATOR + ONE_PASS_OF_EACH_CLASS + STATS_JSON + STATUS_JSON
-        )
+        result = run_code(WITH_TEST_ACCELERATOR + ONE_PASS_OF_EACH_CLASS + STATS_JSON + STATUS_JSON)
         self.assertEqual(result.returncode, 0, result.stderr)
         stats = stats_of(result)
         self.assertFalse(stats["enabled"])
@@ -854,15 +863,31 @@ class TestDeviceStats(TestCase):
                 )
             )
         result = run_child(
-            ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-             "-m", "autograd_device_logging", worker]
+            [
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=2",
+                "-m",
+                "autograd_device_logging",
+                worker,
+            ]
         )
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         table = result.stdout.split("TABLE", 1)[1].strip().splitlines()
         cells = [line.split() for line in table]
-        self.assertEqual(cells[0], ["rank", "passes", "cpu_only", "single_accelerator",
-                                    "accelerator_cpu", "multi_accelerator",
-                                    "max_accelerators_in_one_pass"])
+        self.assertEqual(
+            cells[0],
+            [
+                "rank",
+                "passes",
+                "cpu_only",
+                "single_accelerator",
+                "accelerator_cpu",
+                "multi_accelerator",
+                "max_accelerators_in_one_pass",
+            ],
+        )
         self.assertEqual(cells[1], ["0", "3", "3", "0", "0", "0", "0"])
         self.assertEqual(cells[2], ["1", "3", "0", "0", "1", "2", "2"])
         self.assertEqual(cells[3], ["all", "6", "3", "0", "1", "2", "2"])

@@ -19,13 +19,12 @@ import sysconfig
 import tempfile
 import unittest
 
-import torch
 from torch.testing._internal.common_utils import TestCase, run_tests
 
+import torch
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD_DIR = os.environ.get(
-    "AUTOGRAD_DEVICE_LOGGING_BUILD_DIR", os.path.join(REPO, "build")
-)
+BUILD_DIR = os.environ.get("AUTOGRAD_DEVICE_LOGGING_BUILD_DIR", os.path.join(REPO, "build"))
 TORCH_VERSION = torch.__version__.split("+")[0]
 
 
@@ -63,7 +62,9 @@ class TestPackaging(TestCase):
         proc = run([sys.executable, "-m", "venv", venv])
         self.assertEqual(proc.returncode, 0, proc.stderr)
         python = os.path.join(venv, "bin", "python")
-        site = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+        site = run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+        ).stdout.strip()
         # The torch (and build tools) of the environment running the tests.
         with open(os.path.join(site, "installed_torch.pth"), "w") as f:
             f.write(sysconfig.get_paths()["purelib"] + "\n")
@@ -82,8 +83,9 @@ class TestPackaging(TestCase):
     def test_pip_install_into_a_fresh_venv(self):
         python, site = self.fresh_venv()
         source = copy_of_sources(os.path.join(self.tmp, "source"))
-        proc = run([python, "-m", "pip", "install", "-q", "--no-build-isolation",
-                    "--no-deps", source])
+        proc = run(
+            [python, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", source]
+        )
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         report = self.assert_check_active(python, cwd=self.tmp)
         self.assertIn(f"library:          {os.path.join(site, 'autograd_device_logging')}", report)
@@ -91,8 +93,20 @@ class TestPackaging(TestCase):
     def test_wheel_built_against_the_installed_torch(self):
         wheels = os.path.join(self.tmp, "wheels")
         source = copy_of_sources(os.path.join(self.tmp, "source"))
-        proc = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
-                    "--no-deps", "-w", wheels, source])
+        proc = run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-build-isolation",
+                "--no-deps",
+                "-w",
+                wheels,
+                source,
+            ]
+        )
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         (wheel,) = glob.glob(os.path.join(wheels, "autograd_device_logging-*.whl"))
         self.assertNotIn("-none-any", wheel)  # a platform wheel: it carries a .so
@@ -109,28 +123,52 @@ class TestPackaging(TestCase):
         prefix = os.path.join(self.tmp, "prefix")
         proc = run(["cmake", "--install", BUILD_DIR, "--prefix", prefix])
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
-        self.assertTrue(os.path.exists(os.path.join(
-            prefix, "lib", "cmake", "autograd_device_logging", "autograd_device_loggingConfig.cmake")))
+        self.assertTrue(
+            os.path.exists(
+                os.path.join(
+                    prefix,
+                    "lib",
+                    "cmake",
+                    "autograd_device_logging",
+                    "autograd_device_loggingConfig.cmake",
+                )
+            )
+        )
         example_build = os.path.join(self.tmp, "example-build")
         torch_dir = os.path.dirname(torch.__file__)
-        proc = run(["cmake", "-S", os.path.join(REPO, "examples", "cpp_consumer"),
-                    "-B", example_build, f"-DCMAKE_PREFIX_PATH={prefix}",
-                    f"-DTORCH_DIR={torch_dir}",
-                    f"-DTORCH_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"])
+        proc = run(
+            [
+                "cmake",
+                "-S",
+                os.path.join(REPO, "examples", "cpp_consumer"),
+                "-B",
+                example_build,
+                f"-DCMAKE_PREFIX_PATH={prefix}",
+                f"-DTORCH_DIR={torch_dir}",
+                f"-DTORCH_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+            ]
+        )
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         proc = run(["cmake", "--build", example_build, "--parallel"])
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         proc = run([os.path.join(example_build, "train_step")])
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertIn("autograd_device_logging active: yes", proc.stdout)
-        self.assertIn(f"built for torch {TORCH_VERSION}, running torch {TORCH_VERSION}", proc.stdout)
+        self.assertIn(
+            f"built for torch {TORCH_VERSION}, running torch {TORCH_VERSION}", proc.stdout
+        )
         self.assertIn("backward passes counted: 1 (cpu_only 1)", proc.stdout)
         # The library comes before libtorch_cpu in the program's DT_NEEDED.
-        needed = [line.split("[")[1].rstrip("]") for line in run(
-            ["readelf", "-d", os.path.join(example_build, "train_step")]).stdout.splitlines()
-            if "(NEEDED)" in line]
-        self.assertLess(needed.index("libautograd_device_logging.so"),
-                        needed.index("libtorch_cpu.so"))
+        needed = [
+            line.split("[")[1].rstrip("]")
+            for line in run(
+                ["readelf", "-d", os.path.join(example_build, "train_step")]
+            ).stdout.splitlines()
+            if "(NEEDED)" in line
+        ]
+        self.assertLess(
+            needed.index("libautograd_device_logging.so"), needed.index("libtorch_cpu.so")
+        )
 
 
 if __name__ == "__main__":

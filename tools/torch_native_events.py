@@ -32,16 +32,28 @@ def check(version, workdir):
     dest = os.path.join(workdir, version)
     os.makedirs(dest, exist_ok=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-         "--only-binary=:all:", "-d", dest, f"torch=={version}"],
-        check=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+            dest,
+            f"torch=={version}",
+        ],
+        check=True,
+    )
     (wheel,) = glob.glob(os.path.join(dest, "torch-*.whl"))
     with zipfile.ZipFile(wheel) as z:
         lib = z.extract("torch/lib/libtorch_cpu.so", dest)
     data = open(lib, "rb").read()
     has_events = [name.decode() for name in EVENTS if name in data]
-    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", lib],
-                         capture_output=True, check=True).stdout
+    dis = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", lib], capture_output=True, check=True
+    ).stdout
     plt_calls = len(PLT_CALL.findall(dis))
     os.remove(lib)
     return os.path.basename(wheel), has_events, plt_calls
@@ -57,25 +69,38 @@ def main():
         for version in args.versions:
             wheel, events, plt_calls = check(version, workdir)
             rows.append((version, wheel, events, plt_calls))
-            print(f"{version}: events in libtorch_cpu: {', '.join(events) or 'none'}; "
-                  f"PLT calls to compute_dependencies: {plt_calls}", flush=True)
+            print(
+                f"{version}: events in libtorch_cpu: {', '.join(events) or 'none'}; "
+                f"PLT calls to compute_dependencies: {plt_calls}",
+                flush=True,
+            )
     if args.write:
         with open(args.write, "w") as f:
             f.write("# Which torch releases need this library\n\n")
-            f.write(f"Written by `python tools/torch_native_events.py --write {args.write} "
-                    f"{' '.join(args.versions)}` on {datetime.date.today()} "
-                    f"({platform.machine()}, Python {platform.python_version()}).\n\n")
-            f.write("For each PyPI wheel: does its `libtorch_cpu.so` contain the event names "
-                    "(then that torch logs them itself), and how many calls to "
-                    "`Engine::compute_dependencies` go through the PLT (each one is "
-                    "interposable)?\n\n")
-            f.write("| torch | wheel | events in libtorch_cpu.so | PLT calls to compute_dependencies |\n")
+            f.write(
+                f"Written by `python tools/torch_native_events.py --write {args.write} "
+                f"{' '.join(args.versions)}` on {datetime.date.today()} "
+                f"({platform.machine()}, Python {platform.python_version()}).\n\n"
+            )
+            f.write(
+                "For each PyPI wheel: does its `libtorch_cpu.so` contain the event names "
+                "(then that torch logs them itself), and how many calls to "
+                "`Engine::compute_dependencies` go through the PLT (each one is "
+                "interposable)?\n\n"
+            )
+            f.write(
+                "| torch | wheel | events in libtorch_cpu.so | PLT calls to compute_dependencies |\n"
+            )
             f.write("| --- | --- | --- | --- |\n")
             for version, wheel, events, plt_calls in rows:
-                f.write(f"| {version} | `{wheel}` | {', '.join(events) or 'none'} | {plt_calls} |\n")
-            f.write("\nThe pin in requirements.txt is the newest release without the events. "
-                    "`torch/csrc/autograd/engine.cpp` refuses to build against the first "
-                    "release with them and later ones.\n")
+                f.write(
+                    f"| {version} | `{wheel}` | {', '.join(events) or 'none'} | {plt_calls} |\n"
+                )
+            f.write(
+                "\nThe pin in requirements.txt is the newest release without the events. "
+                "`torch/csrc/autograd/engine.cpp` refuses to build against the first "
+                "release with them and later ones.\n"
+            )
 
 
 if __name__ == "__main__":

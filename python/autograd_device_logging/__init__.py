@@ -99,9 +99,7 @@ def status() -> Status:
     emitted = _lib.autograd_device_logging_events_emitted()
     return Status(
         active=bool(_lib.autograd_device_logging_hook_has_run()),
-        events_emitted=frozenset(
-            name for bit, name in _EVENT_NAMES.items() if emitted & bit
-        ),
+        events_emitted=frozenset(name for bit, name in _EVENT_NAMES.items() if emitted & bit),
         nodes_inspected=int(_lib.autograd_device_logging_nodes_inspected()),
         disabled_reason=_decode(_lib.autograd_device_logging_disabled_reason()),
         built_for_torch=_decode(_lib.autograd_device_logging_built_for_torch()) or "",
@@ -139,10 +137,7 @@ class DeviceStats:
     @property
     def passes(self) -> int:
         return (
-            self.cpu_only
-            + self.single_accelerator
-            + self.accelerator_cpu
-            + self.multi_accelerator
+            self.cpu_only + self.single_accelerator + self.accelerator_cpu + self.multi_accelerator
         )
 
 
@@ -186,9 +181,11 @@ def format_device_stats_table(rows) -> str:
     header = ["rank", *columns]
     body = [[str(rank)] + [str(getattr(row, c)) for c in columns] for rank, row in enumerate(rows)]
     total = ["all"] + [
-        str(max(r.max_accelerators_in_one_pass for r in rows))
-        if c == "max_accelerators_in_one_pass"
-        else str(sum(getattr(r, c) for r in rows))
+        (
+            str(max(r.max_accelerators_in_one_pass for r in rows))
+            if c == "max_accelerators_in_one_pass"
+            else str(sum(getattr(r, c) for r in rows))
+        )
         for c in columns
     ]
     table = [header, *body, total]
@@ -223,9 +220,7 @@ def check_report() -> str:
             "loaded (Python binds an extension's symbols as it imports "
             "torch). " + _NOT_ACTIVE_HINT
         )
-    lines.append(
-        "events emitted:   " + (", ".join(sorted(s.events_emitted)) or "none")
-    )
+    lines.append("events emitted:   " + (", ".join(sorted(s.events_emitted)) or "none"))
     return "\n".join(lines)
 
 
@@ -233,8 +228,7 @@ if _torch_was_imported_first and not is_active():
     warnings.warn(
         "autograd_device_logging was imported after torch: libtorch bound "
         "Engine::compute_dependencies to its own definition when torch was "
-        "imported, so backward passes in this process are not logged. "
-        + _NOT_ACTIVE_HINT,
+        "imported, so backward passes in this process are not logged. " + _NOT_ACTIVE_HINT,
         RuntimeWarning,
         stacklevel=2,
     )
