@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: sets up the pinned venv, builds, then runs the C++ tests
+# Runs every test: sets up the pinned venv, builds, checks the Python
+# formatting (black, isort), then runs the C++ tests
 # (ctest, one process per test case) and the Python tests (pytest), both
 # again on an ASan+UBSan build, and the concurrent cases on a TSan build
 # (tools/run_sanitizers.sh address, then thread). Last, it checks that the
@@ -33,6 +34,14 @@ fi
 build=$(bash "$repo/tools/build.sh" "$python") || { echo "build failed"; exit 1; }
 
 status=0
+echo "== Python formatting (black, isort; configured in pyproject.toml)"
+mapfile -t python_sources < <(git -C "$repo" ls-files '*.py' | sed "s|^|$repo/|")
+if [ ${#python_sources[@]} -eq 0 ]; then
+  python_sources=("$repo")  # not a git checkout: everything below the repo
+fi
+(cd "$repo" && "$python" -m black --check --quiet "${python_sources[@]}" &&
+  "$python" -m isort --check-only --quiet "${python_sources[@]}") ||
+  { echo "Python sources are not formatted: run black and isort (pyproject.toml)"; status=1; }
 echo "== C++ tests (ctest)"
 (cd "$build" && ctest --output-on-failure --parallel "$(nproc)") || status=1
 echo "== Python tests (pytest)"
