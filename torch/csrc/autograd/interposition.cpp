@@ -5,6 +5,8 @@
 
 #include <torch/csrc/autograd/interposition.h>
 
+#include <torch/csrc/autograd/engine.h>
+
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats.h>
 

@@ -5,10 +5,16 @@
 // library is loaded, and the load-time checks that decide whether the
 // classifier may run in this process (interposition.cpp).
 
-#include <torch/csrc/autograd/engine.h>
-
 #include <cstdint>
 #include <string>
+
+namespace torch::autograd {
+// Named only through pointers and references here; engine.h (which includes
+// this header) declares them.
+struct Engine;
+struct GraphTask;
+struct Node;
+} // namespace torch::autograd
 
 namespace torch::autograd::device_logging {
 
