@@ -68,8 +68,35 @@ def _load(path: str) -> ctypes.CDLL:
     return lib
 
 
+def _load_or_warn(path: str):
+    """The loaded library, or None with one warning naming the path, the
+    cause and the fix: a library that cannot be loaded (missing, another
+    architecture, not a shared object) must not stop the importing program.
+    """
+    try:
+        return _load(path), None
+    except (OSError, AttributeError) as e:  # AttributeError: a symbol is missing
+        overridden = os.environ.get(_LIBRARY_ENV)
+        fix = (
+            f"unset {_LIBRARY_ENV} or point it at a built {_LIBRARY_NAME}"
+            if overridden
+            else "reinstall autograd_device_logging for this Python and torch"
+        )
+        reason = f"the library {path} could not be loaded: {e}"
+        # One line: attributed to this package, with no source line under it
+        # (a warning attributed to the importing line would print that line).
+        warnings.warn_explicit(
+            f"autograd_device_logging: backward passes are not logged: {reason}. Fix: {fix}.",
+            RuntimeWarning,
+            filename=__file__,
+            lineno=0,
+            module=__name__,
+        )
+        return None, reason
+
+
 _torch_was_imported_first = "torch" in sys.modules
-_lib = _load(library_path())
+_lib, _load_error = _load_or_warn(library_path())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +123,8 @@ def _decode(value: Optional[bytes]) -> Optional[str]:
 
 def status() -> Status:
     """Reads the library's state without running anything."""
+    if _lib is None:
+        return Status(False, frozenset(), 0, _load_error, "", "", library_path())
     emitted = _lib.autograd_device_logging_events_emitted()
     return Status(
         active=bool(_lib.autograd_device_logging_hook_has_run()),
@@ -114,6 +143,8 @@ def is_active() -> bool:
     If no backward pass has run yet, runs one on a one-element CPU tensor
     (which binds libtorch's call the way the first real pass would).
     """
+    if _lib is None:
+        return False
     if not _lib.autograd_device_logging_hook_has_run():
         import torch
 
@@ -143,6 +174,8 @@ class DeviceStats:
 
 def device_stats() -> DeviceStats:
     """The per-pass counters (all zero unless statistics are enabled)."""
+    if _lib is None:
+        return DeviceStats(False, 0, 0, 0, 0, 0)
     out = (ctypes.c_uint64 * 5)()
     enabled = _lib.autograd_device_logging_stats(out)
     return DeviceStats(bool(enabled), *(int(v) for v in out))
@@ -150,12 +183,15 @@ def device_stats() -> DeviceStats:
 
 def enable_device_stats(enabled: bool = True) -> None:
     """Turns the per-pass statistics on (as PYTORCH_AUTOGRAD_DEVICE_STATS=1
-    does at load) or off. While on, a summary line goes to stderr at exit."""
-    _lib.autograd_device_logging_enable_stats(1 if enabled else 0)
+    does at load) or off. While on, a summary line goes to stderr at exit.
+    Does nothing when the library could not be loaded (status() says why)."""
+    if _lib is not None:
+        _lib.autograd_device_logging_enable_stats(1 if enabled else 0)
 
 
 def reset_device_stats() -> None:
-    _lib.autograd_device_logging_reset_stats()
+    if _lib is not None:
+        _lib.autograd_device_logging_reset_stats()
 
 
 def gather_device_stats(group=None):
@@ -224,7 +260,7 @@ def check_report() -> str:
     return "\n".join(lines)
 
 
-if _torch_was_imported_first and not is_active():
+if _lib is not None and _torch_was_imported_first and not is_active():
     warnings.warn(
         "autograd_device_logging was imported after torch: libtorch bound "
         "Engine::compute_dependencies to its own definition when torch was "

@@ -9,6 +9,7 @@
 
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats.h>
+#include <torch/csrc/autograd/environment_flags.h>
 
 #include <caffe2/core/common.h>
 #include <torch/version.h>
@@ -196,8 +197,7 @@ void remove_this_library_from_ld_preload() {
 void check_at_load() noexcept {
   try {
     remove_this_library_from_ld_preload();
-    const char* stats_env = std::getenv("PYTORCH_AUTOGRAD_DEVICE_STATS");
-    if (stats_env != nullptr && std::strcmp(stats_env, "1") == 0) {
+    if (detail::env_flag("PYTORCH_AUTOGRAD_DEVICE_STATS", false)) {
       enable_backward_device_stats(true);
     }
     detail::libtorch_compute_dependencies =
