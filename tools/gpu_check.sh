@@ -66,12 +66,20 @@ if [ -n "$missing" ]; then
   echo "(without network: pip download --no-deps $pins elsewhere, copy the wheels over, and pip install them)"
   pytest_rc=1
 else
-  "$python" -m pytest -q -rs -p no:cacheprovider "$repo/test" > "$work/pytest.log" 2>&1
+  "$python" -m pytest -q -rA -p no:cacheprovider "$repo/test" > "$work/pytest.log" 2>&1
   pytest_rc=$?
   grep -E "^(SKIPPED|FAILED|ERROR)|passed|failed" "$work/pytest.log" | tail -40
   sed -n '/warnings summary/,/-- Docs/p' "$work/pytest.log" | head -20
   pytest_summary=$(grep -E "[0-9]+ (passed|failed)" "$work/pytest.log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
 fi
+
+# The recorded differential replayed on cuda:0 and cuda:1 (its test requires
+# every scenario to agree with torch's own events; it needs 2 GPUs).
+scenarios=$("$python" -c "import json; print(len(json.load(open('$repo/test/fixtures/upstream_backward_events.json'))['scenarios']))")
+parity=$(grep -oE "^(PASSED|FAILED|SKIPPED).*test_replay_on_cuda_agrees_with_upstream.*" "$work/pytest.log" 2>/dev/null | head -1)
+[ -n "$parity" ] || parity=$(grep -oE "^SKIPPED.*test_upstream_parity.py.*" "$work/pytest.log" 2>/dev/null | head -1)
+parity_line="upstream-parity replay on cuda:0/cuda:1, $scenarios recorded scenarios: ${parity:-not run}"
+echo "$parity_line"
 
 echo "== Demo (events per scenario)"
 "$python" "$repo/demo/run_demo.py" --build "$build" > "$work/demo.log" 2>&1
@@ -96,6 +104,7 @@ if [ -n "$record" ]; then
     echo "- command: \`bash tools/gpu_check.sh --record docs/gpu-verification.md\`"
     echo "- C++ (ctest, one process per case): ${ctest_passed} passed, ${ctest_failed:-?} failed, ${ctest_skipped} skipped, of ${ctest_total:-?}"
     echo "- Python (pytest): ${pytest_summary:-no summary}"
+    echo "- $parity_line (PASSED means all of them gave torch 2.14.1's and 2.15.0's own events)"
     echo
     echo "Skipped cases and reasons:"
     echo

@@ -70,4 +70,7 @@ AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_running_torch(
 // -1 for an unknown kind (then nothing changes).
 AUTOGRAD_DEVICE_LOGGING_API int
 autograd_device_logging_inject_classifier_fault_for_testing(int kind);
+// reset_emitted_events_for_testing above, for ctypes.
+AUTOGRAD_DEVICE_LOGGING_API void
+autograd_device_logging_reset_emitted_events_for_testing(unsigned events);
 }

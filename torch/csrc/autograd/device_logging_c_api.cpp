@@ -62,6 +62,11 @@ int autograd_device_logging_inject_classifier_fault_for_testing(int kind) {
   }
 }
 
+void autograd_device_logging_reset_emitted_events_for_testing(unsigned events) {
+  device_logging::reset_emitted_events_for_testing(
+      static_cast<uint8_t>(events));
+}
+
 int autograd_device_logging_stats(uint64_t out[5]) {
   const auto stats = device_logging::backward_device_stats();
   out[0] = stats.cpu_only;
