@@ -412,6 +412,11 @@ def main(argv=None):
     if args.show is not None:
         print(program_text(generate(args.show), args.devices))
         return 0
+    if args.devices == "testaccel":
+        # The test accelerator never shares a process with real CUDA devices,
+        # and without them a child's first backward does not initialize the
+        # CUDA driver to count devices (seconds per child on a GPU machine).
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     library = None
     if args.with_library:
         import autograd_device_logging as library

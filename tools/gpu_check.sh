@@ -7,6 +7,9 @@
 #
 #   bash tools/gpu_check.sh [--record FILE]
 #
+# --parity-only builds only what the upstream-parity replay needs and runs only
+# test/test_upstream_parity.py (the recorded corpus on the test accelerator
+# and on cuda:0/cuda:1); with --record it has its own section.
 # --record FILE writes this run's section (date, torch version, GPUs, command,
 # counts, events) into FILE, replacing an earlier section for the same number
 # of GPUs. docs/gpu-verification.md is made this way.
@@ -17,7 +20,14 @@ set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 python=${PYTHON:-python3}
 record=""
-if [ "${1:-}" = "--record" ]; then record=${2:?--record needs a file}; fi
+parity_only=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --record) record=${2:?--record needs a file}; shift 2 ;;
+    --parity-only) parity_only=1; shift ;;
+    *) echo "usage: bash tools/gpu_check.sh [--record FILE] [--parity-only]" >&2; exit 2 ;;
+  esac
+done
 build=${AUTOGRAD_DEVICE_LOGGING_BUILD_DIR:-$repo/build-gpu}
 export AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=$build
 work=$(mktemp -d)
@@ -26,6 +36,57 @@ torch_version=$("$python" -c 'import torch; print(torch.__version__)')
 gpus=$("$python" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
 gpu_names=$("$python" -c 'import collections, torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; print("; ".join(f"{c} x {name}" for name, c in collections.Counter(torch.cuda.get_device_name(i) for i in range(n)).items()))')
 echo "== torch $torch_version, $gpus CUDA device(s): ${gpu_names:-none}"
+
+# Puts section file $2, delimited by <!-- $1 --> ... <!-- /$1 -->, into
+# $record, replacing an earlier one with the same marker.
+replace_section() {
+  "$python" - "$record" "$2" "$1" <<'PY'
+import os, re, sys
+record, section, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+header = ("# GPU verification\n\nWritten by `tools/gpu_check.sh --record`, one section per GPU count, "
+          "from the script's own output on a machine with NVIDIA GPUs.\n\n")
+text = open(record).read() if os.path.exists(record) else header
+new = open(section).read()
+pattern = re.compile(r"<!-- %s -->.*?<!-- /%s -->\n?" % (re.escape(marker), re.escape(marker)), re.S)
+text = pattern.sub(lambda _: new, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + new
+open(record, "w").write(text)
+PY
+}
+
+if [ $parity_only = 1 ]; then
+  if ! AUTOGRAD_DEVICE_LOGGING_TARGETS="autograd_device_logging_library autograd_device_logging_python autograd_test_accelerator" \
+      bash "$repo/tools/build.sh" "$python" > "$work/build.log" 2>&1; then
+    tail -50 "$work/build.log"; echo "build failed"; exit 1
+  fi
+  echo "== upstream-parity replay (pytest test/test_upstream_parity.py)"
+  "$python" -m pytest -q -rA -p no:cacheprovider "$repo/test/test_upstream_parity.py" > "$work/pytest.log" 2>&1
+  pytest_rc=$?
+  grep -E "^(PASSED|SKIPPED|FAILED|ERROR)" "$work/pytest.log"
+  summary=$(grep -E "[0-9]+ (passed|failed)" "$work/pytest.log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
+  echo "$summary"
+  scenarios=$("$python" -c "import json; print(len(json.load(open('$repo/test/fixtures/upstream_backward_events.json'))['scenarios']))")
+  if [ -n "$record" ]; then
+    section="$work/section.md"
+    {
+      echo "<!-- gpu-check-parity: $gpus GPU -->"
+      echo "## Upstream-parity replay, $gpus GPU(s): ${gpu_names:-none}"
+      echo
+      echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+      echo "- torch: $torch_version, python: $("$python" -c 'import sys; print(sys.version.split()[0])')"
+      echo "- command: \`bash tools/gpu_check.sh --parity-only --record docs/gpu-verification.md\`"
+      echo "- corpus: $scenarios scenarios of \`test/fixtures/upstream_backward_events.json\`, each test requiring all of them to give torch 2.14.1's and 2.15.0's own events"
+      echo "- pytest: $summary"
+      echo
+      echo '```'
+      grep -E "^(PASSED|SKIPPED|FAILED|ERROR)" "$work/pytest.log"
+      echo '```'
+      echo "<!-- /gpu-check-parity: $gpus GPU -->"
+    } > "$section"
+    replace_section "gpu-check-parity: $gpus GPU" "$section"
+    echo "recorded in $record"
+  fi
+  exit $pytest_rc
+fi
 
 if ! bash "$repo/tools/build.sh" "$python" > "$work/build.log" 2>&1; then
   tail -50 "$work/build.log"; echo "build failed"; exit 1
@@ -119,17 +180,7 @@ if [ -n "$record" ]; then
     echo '```'
     echo "<!-- /gpu-check: $gpus GPU -->"
   } > "$section"
-  "$python" - "$record" "$section" "$gpus" <<'PY'
-import os, re, sys
-record, section, gpus = sys.argv[1], sys.argv[2], sys.argv[3]
-header = ("# GPU verification\n\nWritten by `tools/gpu_check.sh --record`, one section per GPU count, "
-          "from the script's own output on a machine with NVIDIA GPUs.\n\n")
-text = open(record).read() if os.path.exists(record) else header
-new = open(section).read()
-pattern = re.compile(r"<!-- gpu-check: %s GPU -->.*?<!-- /gpu-check: %s GPU -->\n?" % (gpus, gpus), re.S)
-text = pattern.sub(lambda _: new, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + new
-open(record, "w").write(text)
-PY
+  replace_section "gpu-check: $gpus GPU" "$section"
   echo "recorded in $record"
 fi
 [ $ctest_rc -eq 0 ] && [ $pytest_rc -eq 0 ] && [ $demo_rc -eq 0 ]
