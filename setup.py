@@ -24,6 +24,9 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 class BuildWithCMake(build_py):
     def run(self):
         super().run()
+        # Zero-config activation: site runs this .pth at every interpreter
+        # start-up in the environment (python/_autograd_device_logging_hook.py).
+        shutil.copy2(os.path.join(ROOT, "python", "autograd_device_logging.pth"), self.build_lib)
         try:
             import torch  # noqa: F401
         except ImportError:

@@ -51,6 +51,46 @@ def run(cmd, **kwargs):
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, **kwargs)
 
 
+def fresh_venv(path):
+    """A new venv at `path` that sees the torch (and build tools) of the
+    environment running the tests through a .pth file, as a venv made with
+    that torch would. Returns (python, site-packages)."""
+    proc = run([sys.executable, "-m", "venv", path])
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr)
+    python = os.path.join(path, "bin", "python")
+    site = run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+    ).stdout.strip()
+    with open(os.path.join(site, "installed_torch.pth"), "w") as f:
+        f.write(sysconfig.get_paths()["purelib"] + "\n")
+    # Let the build use that environment's setuptools, not the venv's seed.
+    run([python, "-m", "pip", "uninstall", "-q", "-y", "setuptools"])
+    return python, site
+
+
+def build_wheel(tmp):
+    """pip wheel --no-build-isolation of a copy of the sources; (proc, wheel)."""
+    wheels = os.path.join(tmp, "wheels")
+    source = copy_of_sources(os.path.join(tmp, "source"))
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            wheels,
+            source,
+        ]
+    )
+    found = glob.glob(os.path.join(wheels, "autograd_device_logging-*.whl"))
+    return proc, (found[0] if len(found) == 1 else None)
+
+
 class TestPackaging(TestCase):
     def setUp(self):
         super().setUp()
@@ -58,19 +98,7 @@ class TestPackaging(TestCase):
         self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
 
     def fresh_venv(self):
-        venv = os.path.join(self.tmp, "venv")
-        proc = run([sys.executable, "-m", "venv", venv])
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        python = os.path.join(venv, "bin", "python")
-        site = run(
-            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
-        ).stdout.strip()
-        # The torch (and build tools) of the environment running the tests.
-        with open(os.path.join(site, "installed_torch.pth"), "w") as f:
-            f.write(sysconfig.get_paths()["purelib"] + "\n")
-        # Let the build use that environment's setuptools, not the venv's seed.
-        run([python, "-m", "pip", "uninstall", "-q", "-y", "setuptools"])
-        return python, site
+        return fresh_venv(os.path.join(self.tmp, "venv"))
 
     def assert_check_active(self, python, cwd):
         proc = run([python, "-m", "autograd_device_logging", "--check"], cwd=cwd)
@@ -91,24 +119,9 @@ class TestPackaging(TestCase):
         self.assertIn(f"library:          {os.path.join(site, 'autograd_device_logging')}", report)
 
     def test_wheel_built_against_the_installed_torch(self):
-        wheels = os.path.join(self.tmp, "wheels")
-        source = copy_of_sources(os.path.join(self.tmp, "source"))
-        proc = run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "-q",
-                "--no-build-isolation",
-                "--no-deps",
-                "-w",
-                wheels,
-                source,
-            ]
-        )
+        proc, wheel = build_wheel(self.tmp)
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
-        (wheel,) = glob.glob(os.path.join(wheels, "autograd_device_logging-*.whl"))
+        self.assertIsNotNone(wheel)
         self.assertNotIn("-none-any", wheel)  # a platform wheel: it carries a .so
         python, site = self.fresh_venv()
         proc = run([python, "-m", "pip", "install", "-q", "--no-deps", wheel])

@@ -55,8 +55,26 @@ def library_path() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIBRARY_NAME)
 
 
+def _already_loaded() -> Optional[ctypes.CDLL]:
+    """The library if this process has it already (LD_PRELOAD, or a program
+    or extension linked with it), found by its soname: loading the package's
+    copy as well would put a second definition behind the first."""
+    try:
+        return ctypes.CDLL(_LIBRARY_NAME, mode=os.RTLD_GLOBAL | os.RTLD_NOW | os.RTLD_NOLOAD)
+    except OSError:
+        return None
+
+
 def _load(path: str) -> ctypes.CDLL:
-    lib = ctypes.CDLL(path, mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+    global _activation
+    lib = _already_loaded()
+    if lib is None:
+        lib = ctypes.CDLL(path, mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+        _activation = "by import"
+    else:
+        lib.autograd_device_logging_loaded_by_preload.restype = ctypes.c_int
+        _activation = "by preload" if lib.autograd_device_logging_loaded_by_preload() else "linked"
+    lib.autograd_device_logging_library_path.restype = ctypes.c_char_p
     lib.autograd_device_logging_hook_has_run.restype = ctypes.c_int
     lib.autograd_device_logging_events_emitted.restype = ctypes.c_uint
     lib.autograd_device_logging_nodes_inspected.restype = ctypes.c_uint64
@@ -96,7 +114,18 @@ def _load_or_warn(path: str):
 
 
 _torch_was_imported_first = "torch" in sys.modules
+#: How the library came into this process (Status.activated_by).
+_activation = "not loaded"
 _lib, _load_error = _load_or_warn(library_path())
+
+
+def _activated(how: str) -> None:
+    """Called by the import hook ("on torch import") and the launcher ("by the
+    launcher") right after they imported this package: they, not the program,
+    loaded the library then."""
+    global _activation
+    if _activation == "by import":
+        _activation = how
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +143,12 @@ class Status:
     #: torch version the library was compiled against, and the running one.
     built_for_torch: str
     running_torch: str
+    #: The library's file (the loaded one, when it came in by preload or link).
     library_path: str
+    #: How it came into the process: "on torch import" (the import hook that
+    #: pip installs), "by import" (the program imported this package), "by
+    #: the launcher", "by preload" (LD_PRELOAD), "linked", or "not loaded".
+    activated_by: str
 
 
 def _decode(value: Optional[bytes]) -> Optional[str]:
@@ -124,7 +158,7 @@ def _decode(value: Optional[bytes]) -> Optional[str]:
 def status() -> Status:
     """Reads the library's state without running anything."""
     if _lib is None:
-        return Status(False, frozenset(), 0, _load_error, "", "", library_path())
+        return Status(False, frozenset(), 0, _load_error, "", "", library_path(), _activation)
     emitted = _lib.autograd_device_logging_events_emitted()
     return Status(
         active=bool(_lib.autograd_device_logging_hook_has_run()),
@@ -133,7 +167,8 @@ def status() -> Status:
         disabled_reason=_decode(_lib.autograd_device_logging_disabled_reason()),
         built_for_torch=_decode(_lib.autograd_device_logging_built_for_torch()) or "",
         running_torch=_decode(_lib.autograd_device_logging_running_torch()) or "",
-        library_path=library_path(),
+        library_path=_decode(_lib.autograd_device_logging_library_path()) or library_path(),
+        activated_by=_activation,
     )
 
 
@@ -246,6 +281,8 @@ def check_report() -> str:
         f"built for torch:  {s.built_for_torch}",
         f"running torch:    {s.running_torch or 'unknown'}",
         f"active:           {'yes' if active and not s.disabled_reason else 'no'}",
+        f"activated:        {s.activated_by}",
+        f"import hook:      {_import_hook_state()}",
     ]
     if s.disabled_reason:
         lines.append(f"reason:           disabled: {s.disabled_reason}")
@@ -260,11 +297,34 @@ def check_report() -> str:
     return "\n".join(lines)
 
 
+def _import_hook_state() -> str:
+    hook = sys.modules.get("_autograd_device_logging_hook")
+    if hook is not None and hook.not_installed_because is None:
+        return "installed: every process of this environment loads the library at `import torch`"
+    return "off here: " + _why_the_import_hook_did_not_run()
+
+
+def _why_the_import_hook_did_not_run() -> str:
+    if sys.flags.no_site:
+        return "python -S skips site, which installs it"
+    hook = sys.modules.get("_autograd_device_logging_hook")
+    if hook is None:
+        return (
+            "it is not installed: this package was found on PYTHONPATH or in a source "
+            "tree, not installed by pip"
+        )
+    return hook.not_installed_because or "unknown"
+
+
 if _lib is not None and _torch_was_imported_first and not is_active():
     warnings.warn(
         "autograd_device_logging was imported after torch: libtorch bound "
         "Engine::compute_dependencies to its own definition when torch was "
-        "imported, so backward passes in this process are not logged. " + _NOT_ACTIVE_HINT,
+        "imported, so backward passes in this process are not logged. "
+        + _NOT_ACTIVE_HINT
+        + " (The import hook that loads it at `import torch` did not run: "
+        + _why_the_import_hook_did_not_run()
+        + ".)",
         RuntimeWarning,
         stacklevel=2,
     )

@@ -131,6 +131,7 @@ def run_module(name, args):
 def main(argv):
     parser = make_parser()
     args = parser.parse_args(argv)
+    autograd_device_logging._activated("by the launcher")
     if args.check:
         if args.module is not None or args.program:
             parser.error("--check takes no program")

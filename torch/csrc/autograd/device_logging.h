@@ -70,6 +70,12 @@ AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_running_torch(
 // -1 for an unknown kind (then nothing changes).
 AUTOGRAD_DEVICE_LOGGING_API int
 autograd_device_logging_inject_classifier_fault_for_testing(int kind);
+// The path of this library's file, as the dynamic linker loaded it.
+AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_library_path(
+    void);
+// 1 when LD_PRELOAD named this library as it was loaded, else 0.
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_loaded_by_preload(
+    void);
 // reset_emitted_events_for_testing above, for ctypes.
 AUTOGRAD_DEVICE_LOGGING_API void
 autograd_device_logging_reset_emitted_events_for_testing(unsigned events);

@@ -62,6 +62,14 @@ int autograd_device_logging_inject_classifier_fault_for_testing(int kind) {
   }
 }
 
+const char* autograd_device_logging_library_path(void) {
+  return device_logging::detail::library_file().c_str();
+}
+
+int autograd_device_logging_loaded_by_preload(void) {
+  return device_logging::detail::loaded_by_preload() ? 1 : 0;
+}
+
 void autograd_device_logging_reset_emitted_events_for_testing(unsigned events) {
   device_logging::reset_emitted_events_for_testing(
       static_cast<uint8_t>(events));

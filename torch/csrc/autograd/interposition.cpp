@@ -44,6 +44,15 @@ namespace detail {
 
 ComputeDependenciesFn libtorch_compute_dependencies = nullptr;
 
+namespace {
+// Set once at load, before any other thread can read it.
+bool preloaded = false;
+} // namespace
+
+bool loaded_by_preload() noexcept {
+  return preloaded;
+}
+
 const char* built_for_torch() noexcept {
   return AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH;
 }
@@ -101,6 +110,14 @@ const std::string& this_library_path() {
   return path;
 }
 
+} // namespace
+
+const std::string& detail::library_file() noexcept {
+  return this_library_path();
+}
+
+namespace {
+
 // Note [Finding libtorch's compute_dependencies]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The patched definition forwards to the next definition in lookup order
@@ -155,10 +172,11 @@ bool names_this_library(const std::string& entry) {
   return same;
 }
 
-void remove_this_library_from_ld_preload() {
+// Returns whether LD_PRELOAD named this library.
+bool remove_this_library_from_ld_preload() {
   const char* preload = std::getenv("LD_PRELOAD");
   if (preload == nullptr) {
-    return;
+    return false;
   }
   // ld.so separates entries by spaces or colons.
   std::string kept;
@@ -176,13 +194,14 @@ void remove_this_library_from_ld_preload() {
     start = end + 1;
   }
   if (!removed) {
-    return;
+    return false;
   }
   if (kept.empty()) {
     unsetenv("LD_PRELOAD");
   } else {
     setenv("LD_PRELOAD", kept.c_str(), /*overwrite=*/1);
   }
+  return true;
 }
 
 // Note [Which libtorch this library may inspect]
@@ -196,7 +215,7 @@ void remove_this_library_from_ld_preload() {
 // (engine.cpp), and such a torch never matches a supported build here.
 void check_at_load() noexcept {
   try {
-    remove_this_library_from_ld_preload();
+    detail::preloaded = remove_this_library_from_ld_preload();
     if (detail::env_flag("PYTORCH_AUTOGRAD_DEVICE_STATS", false)) {
       enable_backward_device_stats(true);
     }

@@ -37,5 +37,12 @@ const char* built_for_torch() noexcept;
 // its build options; empty if libtorch does not say.
 const std::string& running_torch_version() noexcept;
 
+// The path of this library's file as the dynamic linker loaded it.
+const std::string& library_file() noexcept;
+
+// Whether LD_PRELOAD named this library when it was loaded (it removes itself
+// from LD_PRELOAD then, so the environment no longer says).
+bool loaded_by_preload() noexcept;
+
 } // namespace detail
 } // namespace torch::autograd::device_logging

@@ -1,0 +1,295 @@
+# Owner(s): ["module: autograd"]
+"""Zero-config activation: pip install, and every process that imports torch
+logs its backward passes.
+
+The wheel is built once (from a copy of the sources) and installed into fresh
+venvs that see the installed torch; every program here is unmodified: it
+imports torch first and never imports autograd_device_logging itself, unless
+the case is about doing so.
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+TEST_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, TEST_DIR)
+
+from test_autograd_device_logging import (  # noqa: E402
+    ACCELERATOR_LIBRARY,
+    BUILD_DIR,
+    EVENTS,
+    LIBRARY,
+    autograd_events,
+)
+from test_packaging import build_wheel, fresh_venv  # noqa: E402
+
+# An unmodified training step on the test accelerator: torch first, and
+# nothing of this package, then what the process has mapped and how the
+# library came in (read through the package, already imported by then).
+TORCH_FIRST_SCRIPT = f"""
+import sys
+sys.path.insert(0, {TEST_DIR!r})
+import torch
+import autograd_test_accelerator
+
+d0, d1 = autograd_test_accelerator.load()
+a = torch.ones(4, requires_grad=True)
+((a.to(d0) * 2).sum() + (a.to(d1) * 3).sum().to(d0)).backward()
+assert torch.equal(a.grad, torch.full((4,), 5.0))
+"""
+
+REPORT = """
+import sys
+maps = open("/proc/self/maps").read()
+print("COPIES", len({line.split()[-1] for line in maps.splitlines()
+                     if line.endswith("libautograd_device_logging.so")}))
+print("LIBTORCH", "libtorch_cpu.so" in maps)
+print("PACKAGE", "autograd_device_logging" in sys.modules)
+if "autograd_device_logging" in sys.modules:
+    print("ACTIVATED", sys.modules["autograd_device_logging"].status().activated_by)
+sys.stdout.flush(); sys.stderr.flush()
+import os; os._exit(0)
+"""
+
+
+class TestImportHook(TestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.tmp = tempfile.mkdtemp(prefix="adl-import-hook-")
+        proc, cls.wheel = build_wheel(cls.tmp)
+        if cls.wheel is None:
+            raise RuntimeError(f"pip wheel failed:\n{proc.stdout}{proc.stderr}")
+        cls.python, cls.site = cls.venv_with_wheel("venv")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        super().tearDownClass()
+
+    @classmethod
+    def venv_with_wheel(cls, name):
+        python, site = fresh_venv(os.path.join(cls.tmp, name))
+        proc = subprocess.run(
+            [python, "-m", "pip", "install", "-q", "--no-deps", cls.wheel],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr)
+        return python, site
+
+    def run_python(self, args, python=None, env_extra=None, cwd=None):
+        env = dict(os.environ)
+        for name in ("PYTHONPATH", "LD_PRELOAD", "AUTOGRAD_DEVICE_LOGGING_LIBRARY"):
+            env.pop(name, None)
+        env.update(
+            PYTORCH_API_USAGE_STDERR="1",
+            AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=BUILD_DIR,
+            CUDA_VISIBLE_DEVICES="",
+        )
+        env.update(env_extra or {})
+        return subprocess.run(
+            [python or self.python, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd or self.tmp,
+            timeout=300,
+        )
+
+    def report_of(self, proc):
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+
+    def warnings_in(self, proc):
+        return [
+            line for line in proc.stderr.splitlines() if not line.startswith("PYTORCH_API_USAGE")
+        ]
+
+    def test_unmodified_script_logs_on_the_test_accelerator(self):
+        self.assertTrue(os.path.exists(ACCELERATOR_LIBRARY), "build the project first (README)")
+        proc = self.run_python(["-c", TORCH_FIRST_SCRIPT + REPORT])
+        report = self.report_of(proc)
+        self.assertEqual(sorted(autograd_events(proc.stderr)), sorted(EVENTS))
+        self.assertEqual(report["ACTIVATED"], "on torch import")
+        self.assertEqual(report["COPIES"], "1")
+        self.assertEqual(self.warnings_in(proc), [])
+
+    def test_check_says_how_it_was_activated(self):
+        proc = self.run_python(["-m", "autograd_device_logging", "--check"])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("active:           yes", proc.stdout)
+        self.assertIn("activated:        by the launcher", proc.stdout)
+        self.assertIn("import hook:      installed", proc.stdout)
+
+    def test_a_process_without_torch_never_maps_libtorch(self):
+        # A meaningful check: the hook is in place, and has loaded nothing.
+        proc = self.run_python(
+            [
+                "-c",
+                "import json, sys\n"
+                "print('HOOK', '_autograd_device_logging_hook' in sys.modules)\n" + REPORT,
+            ]
+        )
+        report = self.report_of(proc)
+        self.assertEqual(report["HOOK"], "True")
+        self.assertEqual(report["LIBTORCH"], "False")
+        self.assertEqual(report["COPIES"], "0")
+        self.assertEqual(report["PACKAGE"], "False")
+
+    def test_spawned_child_is_active(self):
+        script = os.path.join(self.tmp, "spawn_parent.py")
+        with open(script, "w") as f:
+            f.write(
+                textwrap.dedent(
+                    """
+                    import multiprocessing as mp
+                    import torch
+
+                    def child(_):
+                        import sys
+                        x = torch.ones(2, requires_grad=True)
+                        (x * 2).sum().backward()
+                        adl = sys.modules.get("autograd_device_logging")
+                        return adl.status().activated_by if adl else "not loaded", adl.status().active
+
+                    if __name__ == "__main__":
+                        with mp.get_context("spawn").Pool(1) as pool:
+                            print("CHILD", *pool.map(child, [0])[0])
+                    """
+                )
+            )
+        proc = self.run_python([script])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("CHILD on torch import True", proc.stdout)
+
+    def test_two_rank_torchrun_job_is_active(self):
+        script = os.path.join(self.tmp, "ranks.py")
+        with open(script, "w") as f:
+            f.write(
+                textwrap.dedent(
+                    """
+                    import os, sys
+                    import torch
+                    import torch.distributed as dist
+                    dist.init_process_group("gloo")
+                    x = torch.ones(2, requires_grad=True)
+                    (x * dist.get_rank()).sum().backward()
+                    adl = sys.modules["autograd_device_logging"]
+                    print("RANK", dist.get_rank(), adl.status().activated_by, adl.status().active)
+                    dist.destroy_process_group()
+                    """
+                )
+            )
+        proc = self.run_python(
+            ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", script],
+            env_extra={"OMP_NUM_THREADS": "1"},
+        )
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        for rank in (0, 1):
+            self.assertIn(f"RANK {rank} on torch import True", proc.stdout)
+
+    def test_off_switch_means_not_loaded(self):
+        for value in ("0", "false", "No", "OFF"):
+            proc = self.run_python(
+                ["-c", TORCH_FIRST_SCRIPT + REPORT], env_extra={"AUTOGRAD_DEVICE_LOGGING": value}
+            )
+            report = self.report_of(proc)
+            self.assertEqual(report["COPIES"], "0", value)
+            self.assertEqual(report["PACKAGE"], "False", value)
+            self.assertEqual(autograd_events(proc.stderr), [], value)
+
+    def test_an_unknown_switch_value_is_one_warning_and_on(self):
+        proc = self.run_python(
+            ["-c", TORCH_FIRST_SCRIPT + REPORT], env_extra={"AUTOGRAD_DEVICE_LOGGING": "maybe"}
+        )
+        report = self.report_of(proc)
+        self.assertEqual(report["ACTIVATED"], "on torch import")
+        lines = self.warnings_in(proc)
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn("ignoring AUTOGRAD_DEVICE_LOGGING=maybe", lines[0])
+
+    def test_no_site_and_isolated_mean_not_loaded_and_no_error(self):
+        # -S skips site, and with it site-packages and their .pth files: the
+        # venv's and torch's are put on sys.path by hand here.
+        with open(os.path.join(self.site, "installed_torch.pth")) as f:
+            torch_site = f.read().strip()
+        add_site = f"import sys\nsys.path += [{self.site!r}, {torch_site!r}]\n"
+        for flags, prelude in ((["-S"], add_site), (["-I"], "")):
+            proc = self.run_python([*flags, "-c", prelude + TORCH_FIRST_SCRIPT + REPORT])
+            report = self.report_of(proc)
+            self.assertEqual(report["COPIES"], "0", flags)
+            self.assertEqual(report["PACKAGE"], "False", flags)
+            self.assertEqual(self.warnings_in(proc), [], flags)
+
+    def test_too_late_warning_names_the_cause(self):
+        for flags, cause in ((["-I"], "python -I"),):
+            proc = self.run_python([*flags, "-c", "import torch\nimport autograd_device_logging\n"])
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            lines = self.warnings_in(proc)
+            self.assertEqual(len(lines), 1, proc.stderr)
+            self.assertIn("was imported after torch", lines[0])
+            self.assertIn(f"did not run: {cause}", lines[0])
+
+    def test_explicit_import_launcher_and_preload_load_one_copy(self):
+        script = os.path.join(self.tmp, "torch_first.py")
+        with open(script, "w") as f:
+            f.write(TORCH_FIRST_SCRIPT + REPORT)
+        cases = {
+            "by import": (
+                ["-c", "import autograd_device_logging\n" + TORCH_FIRST_SCRIPT + REPORT],
+                {},
+            ),
+            "by the launcher": (["-m", "autograd_device_logging", script], {}),
+            # The build tree's copy, preloaded: the wheel's must not come in too.
+            "by preload": ([script], {"LD_PRELOAD": LIBRARY}),
+        }
+        for how, (args, env) in cases.items():
+            proc = self.run_python(args, env_extra=env)
+            report = self.report_of(proc)
+            self.assertEqual(report["ACTIVATED"], how)
+            self.assertEqual(report["COPIES"], "1", how)
+            self.assertEqual(sorted(autograd_events(proc.stderr)), sorted(EVENTS), how)
+
+    def test_library_that_cannot_load_leaves_import_torch_working(self):
+        python, site = self.venv_with_wheel("venv-broken")
+        (so,) = glob.glob(os.path.join(site, "autograd_device_logging", "*.so"))
+        os.remove(so)
+        proc = self.run_python(["-c", TORCH_FIRST_SCRIPT + REPORT], python=python)
+        report = self.report_of(proc)
+        self.assertEqual(report["COPIES"], "0")
+        self.assertEqual(report["ACTIVATED"], "not loaded")
+        lines = self.warnings_in(proc)
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn(f"the library {so} could not be loaded", lines[0])
+        self.assertIn("Fix: reinstall autograd_device_logging", lines[0])
+        self.assertEqual(autograd_events(proc.stderr), [])
+
+    def test_pip_uninstall_removes_the_pth(self):
+        python, site = self.venv_with_wheel("venv-uninstall")
+        pth = os.path.join(site, "autograd_device_logging.pth")
+        self.assertTrue(os.path.exists(pth))
+        proc = subprocess.run(
+            [python, "-m", "pip", "uninstall", "-q", "-y", "autograd_device_logging"],
+            capture_output=True,
+            text=True,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertFalse(os.path.exists(pth))
+        self.assertEqual(glob.glob(os.path.join(site, "_autograd_device_logging_hook*")), [])
+        proc = self.run_python(["-c", TORCH_FIRST_SCRIPT + REPORT], python=python)
+        report = self.report_of(proc)
+        self.assertEqual(report["COPIES"], "0")
+        self.assertEqual(self.warnings_in(proc), [])
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,103 @@
+"""Measures what the import hook costs a process that never imports torch.
+
+    python tools/measure_startup.py [--runs 300] [--output docs/startup.md]
+
+Run it with the pinned venv's Python (tools/setup_env.sh). It builds the
+wheel from a copy of the sources, makes two fresh venvs that see this
+interpreter's torch (as the tests do), installs the wheel into one of them,
+and times `python -c pass` in both, interleaved, --runs times each. Writes
+the medians, their ratio (target: at most 1.05) and the spread to --output.
+"""
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "test"))
+
+from test_packaging import build_wheel, fresh_venv  # noqa: E402
+
+
+def time_once(python):
+    start = time.perf_counter()
+    subprocess.run([python, "-c", "pass"], check=True)
+    return (time.perf_counter() - start) * 1000.0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--output", default=os.path.join(REPO, "docs", "startup.md"))
+    args = parser.parse_args()
+    tmp = tempfile.mkdtemp(prefix="adl-startup-")
+    try:
+        proc, wheel = build_wheel(tmp)
+        if wheel is None:
+            sys.exit(f"pip wheel failed:\n{proc.stdout}{proc.stderr}")
+        with_hook, site = fresh_venv(os.path.join(tmp, "with"))
+        subprocess.run(
+            [with_hook, "-m", "pip", "install", "-q", "--no-deps", wheel], check=True
+        )
+        assert os.path.exists(os.path.join(site, "autograd_device_logging.pth"))
+        without, _ = fresh_venv(os.path.join(tmp, "without"))
+        for python in (with_hook, without):  # warm the page cache
+            for _ in range(5):
+                time_once(python)
+        times = {"with": [], "without": []}
+        for i in range(args.runs):
+            order = (("with", with_hook), ("without", without))
+            for name, python in order if i % 2 == 0 else reversed(order):
+                times[name].append(time_once(python))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def q(values, fraction):
+        return sorted(values)[int(fraction * (len(values) - 1))]
+
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = med["with"] / med["without"]
+    lines = [
+        "# Interpreter start-up with the import hook",
+        "",
+        f"Written by `python tools/measure_startup.py --runs {args.runs}` on "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} "
+        f"({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}).",
+        "",
+        "`python -c pass` in two fresh venvs that see the same torch, one with the "
+        "wheel installed (so site runs `autograd_device_logging.pth`, which installs "
+        f"the import hook) and one without; {args.runs} runs each, interleaved, "
+        "wall time of the whole process.",
+        "",
+        "| venv | median ms | 10th-90th percentile ms |",
+        "| --- | ---: | ---: |",
+    ]
+    for name in ("without", "with"):
+        lines.append(
+            f"| {name} the package | {med[name]:.2f} | "
+            f"{q(times[name], 0.1):.2f}-{q(times[name], 0.9):.2f} |"
+        )
+    lines += [
+        "",
+        f"Ratio of medians, with / without: {ratio:.3f} "
+        f"({med['with'] - med['without']:+.2f} ms); target at most 1.05: "
+        + ("met" if ratio <= 1.05 else "MISSED")
+        + ".",
+        "",
+    ]
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+    return 0 if ratio <= 1.05 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
