@@ -43,9 +43,7 @@ def main():
         if wheel is None:
             sys.exit(f"pip wheel failed:\n{proc.stdout}{proc.stderr}")
         with_hook, site = fresh_venv(os.path.join(tmp, "with"))
-        subprocess.run(
-            [with_hook, "-m", "pip", "install", "-q", "--no-deps", wheel], check=True
-        )
+        subprocess.run([with_hook, "-m", "pip", "install", "-q", "--no-deps", wheel], check=True)
         assert os.path.exists(os.path.join(site, "autograd_device_logging.pth"))
         without, _ = fresh_venv(os.path.join(tmp, "without"))
         for python in (with_hook, without):  # warm the page cache

@@ -74,8 +74,7 @@ autograd_device_logging_inject_classifier_fault_for_testing(int kind);
 AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_library_path(
     void);
 // 1 when LD_PRELOAD named this library as it was loaded, else 0.
-AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_loaded_by_preload(
-    void);
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_loaded_by_preload(void);
 // reset_emitted_events_for_testing above, for ctypes.
 AUTOGRAD_DEVICE_LOGGING_API void
 autograd_device_logging_reset_emitted_events_for_testing(unsigned events);
