@@ -61,6 +61,8 @@ def run(scenario, backend):
 
 if __name__ == "__main__":
     run(sys.argv[1], sys.argv[2])
+    if "autograd_device_logging" in sys.modules:  # the record, before os._exit
+        sys.modules["autograd_device_logging"].write_process_record()
     # Stock PyTorch can abort at interpreter exit while an autograd device
     # thread is still starting (it asks for the GIL during finalization);
     # leave without finalizing so the demo reports on the backward pass only.

@@ -28,6 +28,12 @@ NEEDS = {
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    parser.add_argument(
+        "--report",
+        metavar="DIR",
+        help="each scenario writes its process record into DIR (a job per scenario, "
+        "statistics on): `python -m autograd_device_logging report DIR` then sums them up",
+    )
     args = parser.parse_args()
     build = os.path.abspath(args.build)
     import torch
@@ -49,6 +55,12 @@ def main():
         else:
             print(f"{name:<26}{'-':<11}{'':<62}skipped: needs {NEEDS[name]} CUDA devices")
             continue
+        if args.report:
+            env.update(
+                AUTOGRAD_DEVICE_LOGGING_REPORT_DIR=os.path.abspath(args.report),
+                AUTOGRAD_DEVICE_LOGGING_JOB=name,
+                PYTORCH_AUTOGRAD_DEVICE_STATS="1",
+            )
         proc = subprocess.run(
             [
                 sys.executable,

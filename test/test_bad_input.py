@@ -169,8 +169,13 @@ class TestLauncher(TestCase):
     def test_help_lists_every_option(self):
         result = run_child([*LAUNCHER, "--help"], env_extra=QUIET)
         self.assertEqual(result.returncode, 0)
-        for option in ("--check", "--version", "-m", "SCRIPT [ARG ...]", "--help"):
+        for option in ("--check", "--version", "-m", "SCRIPT [ARG ...]", "--help", "--report"):
             self.assertIn(option, result.stdout)
+        self.assertIn("report DIR [--json] [--plot PNG]", result.stdout)
+        report_help = run_child([*LAUNCHER, "report", "--help"], env_extra=QUIET)
+        self.assertEqual(report_help.returncode, 0)
+        for option in ("DIR", "--json", "--plot PNG"):
+            self.assertIn(option, report_help.stdout)
         version = run_child([*LAUNCHER, "--version"], env_extra=QUIET)
         self.assertRegex(version.stdout, r"^python -m autograd_device_logging \d+\.\d+\.\d+")
 

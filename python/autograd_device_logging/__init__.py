@@ -15,6 +15,7 @@ it is.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import dataclasses
 import os
@@ -36,6 +37,7 @@ __all__ = [
     "reset_device_stats",
     "gather_device_stats",
     "format_device_stats_table",
+    "write_process_record",
 ]
 
 _LIBRARY_NAME = "libautograd_device_logging.so"
@@ -75,6 +77,8 @@ def _load(path: str) -> ctypes.CDLL:
         lib.autograd_device_logging_loaded_by_preload.restype = ctypes.c_int
         _activation = "by preload" if lib.autograd_device_logging_loaded_by_preload() else "linked"
     lib.autograd_device_logging_library_path.restype = ctypes.c_char_p
+    for name in ("set_report_dir", "set_record_program", "set_record_activation"):
+        getattr(lib, "autograd_device_logging_" + name).argtypes = [ctypes.c_char_p]
     lib.autograd_device_logging_hook_has_run.restype = ctypes.c_int
     lib.autograd_device_logging_events_emitted.restype = ctypes.c_uint
     lib.autograd_device_logging_nodes_inspected.restype = ctypes.c_uint64
@@ -117,6 +121,17 @@ _torch_was_imported_first = "torch" in sys.modules
 #: How the library came into this process (Status.activated_by).
 _activation = "not loaded"
 _lib, _load_error = _load_or_warn(library_path())
+#: The program the per-process record names (the launcher's script or module).
+_program: Optional[str] = None
+
+
+def _tell_record() -> None:
+    """Gives the library what its per-process record (Note [The per-process
+    record]) cannot know from C++: the program and how the library came in."""
+    if _lib is not None:
+        program = _program or (sys.argv[0] if sys.argv and sys.argv[0] else sys.executable)
+        _lib.autograd_device_logging_set_record_program(os.fsencode(program))
+        _lib.autograd_device_logging_set_record_activation(_activation.encode())
 
 
 def _activated(how: str) -> None:
@@ -126,6 +141,31 @@ def _activated(how: str) -> None:
     global _activation
     if _activation == "by import":
         _activation = how
+        _tell_record()
+
+
+def _set_report_dir(path: str) -> None:
+    """Makes the library write this process's record into `path` at exit
+    (as AUTOGRAD_DEVICE_LOGGING_REPORT_DIR at load does)."""
+    if _lib is not None:
+        _lib.autograd_device_logging_set_report_dir(os.fsencode(path))
+
+
+def write_process_record() -> bool:
+    """Writes this process's record for the fleet report now, if
+    AUTOGRAD_DEVICE_LOGGING_REPORT_DIR (or the launcher's --report) named a
+    directory; the library otherwise writes it at exit, which a process that
+    leaves through os._exit never reaches. Written once per process."""
+    if _lib is None:
+        return False
+    _tell_record()
+    return bool(_lib.autograd_device_logging_write_process_record())
+
+
+if _lib is not None:
+    _tell_record()
+    # Python's atexit runs before the library's: sys.argv is final by then.
+    atexit.register(_tell_record)
 
 
 @dataclasses.dataclass(frozen=True)

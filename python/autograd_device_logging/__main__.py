@@ -21,11 +21,16 @@ PROG = "python -m autograd_device_logging"
 def make_parser():
     parser = argparse.ArgumentParser(
         prog=PROG,
-        usage=f"{PROG} [--check | --version] | [-m MODULE | [--] SCRIPT] [ARG ...]",
+        usage=f"{PROG} [--check | --version] | report DIR [--json] [--plot PNG] | "
+        "[--report DIR] [-m MODULE | [--] SCRIPT] [ARG ...]",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Examples:\n"
+        epilog="Subcommand:\n"
+        f"  {PROG} report DIR [--json] [--plot PNG]\n"
+        "      a table per job of the records in DIR (`report --help` says more)\n\n"
+        "Examples:\n"
         f"  {PROG} train.py --epochs 3\n"
+        f"  {PROG} --report /shared/adl train.py\n"
         f"  {PROG} -m torch.distributed.run --nproc-per-node 2 train.py\n"
         f"  {PROG} --check",
     )
@@ -37,6 +42,12 @@ def make_parser():
     )
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {autograd_device_logging.__version__}"
+    )
+    parser.add_argument(
+        "--report",
+        metavar="DIR",
+        help="write a record of this process (and of its children that load the library) "
+        "into DIR at exit, for `report DIR` (sets AUTOGRAD_DEVICE_LOGGING_REPORT_DIR)",
     )
     parser.add_argument(
         "-m",
@@ -94,6 +105,7 @@ def run_script(script, args):
                 f"can't open file {os.path.abspath(script)!r}: [Errno {e.errno}] {e.strerror}"
             )
     sys.argv = [script, *args]
+    autograd_device_logging._program = script
     # As `python SCRIPT` does: the script's own directory, symlinks resolved.
     sys.path[0] = os.path.dirname(os.path.realpath(script))
     # Note [The script's path as given]: runpy sets sys.argv[0] and __file__
@@ -124,13 +136,21 @@ def run_module(name, args):
     problem = find_module(name)
     if problem:
         return fail(problem)
+    autograd_device_logging._program = f"-m {name}"
     sys.argv = [name, *args]  # runpy puts the module's file in argv[0], like python -m
     return run_program(lambda: runpy.run_module(name, run_name="__main__", alter_sys=True))
 
 
 def main(argv):
+    if argv[:1] == ["report"]:  # a script named "report": `-- report`
+        from autograd_device_logging import fleet_report
+
+        return fleet_report.main(argv[1:], prog=f"{PROG} report")
     parser = make_parser()
     args = parser.parse_args(argv)
+    if args.report:
+        os.environ["AUTOGRAD_DEVICE_LOGGING_REPORT_DIR"] = args.report
+        autograd_device_logging._set_report_dir(args.report)
     autograd_device_logging._activated("by the launcher")
     if args.check:
         if args.module is not None or args.program:

@@ -73,6 +73,19 @@ autograd_device_logging_inject_classifier_fault_for_testing(int kind);
 // The path of this library's file, as the dynamic linker loaded it.
 AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_library_path(
     void);
+// The per-process record (Note [The per-process record]): the directory to
+// write it into at exit, and what the Python package knows of the program and
+// of how the library came in.
+AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_set_report_dir(
+    const char* dir);
+AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_set_record_program(
+    const char* program);
+AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_set_record_activation(
+    const char* how);
+// Writes the record now rather than at exit (for processes that end with
+// _exit); 1 when written.
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_write_process_record(
+    void);
 // 1 when LD_PRELOAD named this library as it was loaded, else 0.
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_loaded_by_preload(void);
 // reset_emitted_events_for_testing above, for ctypes.

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/interposition.h>
+#include <torch/csrc/autograd/process_record.h>
 
 #include <c10/util/Exception.h>
 
@@ -60,6 +61,22 @@ int autograd_device_logging_inject_classifier_fault_for_testing(int kind) {
     default:
       return -1;
   }
+}
+
+void autograd_device_logging_set_report_dir(const char* dir) {
+  device_logging::detail::set_report_dir(dir);
+}
+
+void autograd_device_logging_set_record_program(const char* program) {
+  device_logging::detail::set_record_program(program);
+}
+
+void autograd_device_logging_set_record_activation(const char* how) {
+  device_logging::detail::set_record_activation(how);
+}
+
+int autograd_device_logging_write_process_record(void) {
+  return device_logging::detail::write_process_record() ? 1 : 0;
 }
 
 const char* autograd_device_logging_library_path(void) {

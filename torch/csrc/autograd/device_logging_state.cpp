@@ -14,6 +14,7 @@ namespace detail {
 std::atomic<uint8_t> state{0};
 std::atomic<uint8_t> events_emitted{0};
 std::atomic<uint64_t> nodes_inspected{0};
+std::atomic<uint64_t> passes_classified{0};
 
 namespace {
 // Set once, before disable() marks the state disabled; never freed.

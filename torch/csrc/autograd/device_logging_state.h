@@ -38,6 +38,9 @@ constexpr uint8_t kNothingLeftToLog = kStateAllEventsDone | kStateHookHasRun;
 extern std::atomic<uint8_t> events_emitted;
 // Nodes whose metadata the classifier read, summed over all passes.
 extern std::atomic<uint64_t> nodes_inspected;
+// Passes the classifier read (those skipped once both events fired are not
+// counted), for the per-process record.
+extern std::atomic<uint64_t> passes_classified;
 
 // Turns the classifier off for the rest of the process: marks every event
 // done and the library disabled, and prints one warning with `reason` (only

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/environment_flags.h>
+#include <torch/csrc/autograd/process_record.h>
 
 #include <caffe2/core/common.h>
 #include <torch/version.h>
@@ -216,6 +217,7 @@ bool remove_this_library_from_ld_preload() {
 void check_at_load() noexcept {
   try {
     detail::preloaded = remove_this_library_from_ld_preload();
+    detail::arm_process_record_from_environment();
     if (detail::env_flag("PYTORCH_AUTOGRAD_DEVICE_STATS", false)) {
       enable_backward_device_stats(true);
     }

@@ -104,10 +104,12 @@ void log_backward_devices(
   try {
     if (!process_has_accelerator_devices()) {
       if (stats) {
+        detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
         detail::record_backward_pass(BackwardDeviceClass::kCpuOnly, 0);
       }
       return;
     }
+    detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
     if (const ClassifierFaultForTesting fault =
             classifier_fault_for_testing.load(std::memory_order_relaxed)) {
       fault();
