@@ -35,6 +35,7 @@ from test_packaging import build_wheel, fresh_venv  # noqa: E402
 # library came in (read through the package, already imported by then).
 TORCH_FIRST_SCRIPT = f"""
 import sys
+sys.dont_write_bytecode = True  # python -I ignores PYTHONDONTWRITEBYTECODE
 sys.path.insert(0, {TEST_DIR!r})
 import torch
 import autograd_test_accelerator
