@@ -1,28 +1,31 @@
 """Loads autograd_device_logging the first time a process imports torch.
 
-autograd_device_logging.pth, installed next to this module, imports it when
-the interpreter starts (site). It puts one finder at the front of
-sys.meta_path that finds nothing: at the first lookup of torch it imports
-autograd_device_logging, which loads the library with RTLD_GLOBAL before
-torch's extension module binds Engine::compute_dependencies, and steps aside.
-A process that never imports torch pays for this module and one function call
-per import, and never loads the library or libtorch.
-
-Off with AUTOGRAD_DEVICE_LOGGING=0 (also false/no/off), and under python -I,
-which keeps site-packages' .pth files but should keep a process isolated from
-its environment; python -S does not run site at all. This module never raises:
-a failure is one warning, and `import torch` goes on.
+Note [The import hook costs a process without torch one line]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+autograd_device_logging.pth, which site runs at every interpreter start-up,
+is one line: unless AUTOGRAD_DEVICE_LOGGING is an off value (0, false, no,
+off), the interpreter is isolated (python -I) or torch is already imported,
+it puts a finder named LoadBeforeTorch at the front of sys.meta_path. The
+finder finds nothing; at the first lookup of torch it imports this module
+and calls load_before_torch(), which removes the finder and imports
+autograd_device_logging: the library is loaded with RTLD_GLOBAL before
+torch's extension module binds Engine::compute_dependencies. Importing a
+module from the .pth itself would cost every Python process in the
+environment about 2 ms at start-up (a site-packages lookup and an unmarshal,
+measured with python -X importtime); the line costs a few hundredths of
+that (docs/startup.md). python -S does not run site, so nothing is installed.
+Nothing here raises into `import torch`: a failure is one warning.
 """
 
 import os
 import sys
 
 ENV = "AUTOGRAD_DEVICE_LOGGING"
+FINDER_NAME = "LoadBeforeTorch"
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
-
-#: Why the hook is not installed in this process (None while it is).
-not_installed_because = None
+#: Whether the finder has met torch in this process (and stepped aside).
+fired = False
 
 
 def _warn(message):
@@ -33,49 +36,54 @@ def _warn(message):
     )
 
 
-class LoadBeforeTorch:
-    """A sys.meta_path entry: at the first lookup of torch, loads the library."""
-
-    @classmethod
-    def find_spec(cls, fullname, path=None, target=None):
-        if fullname != "torch":
-            return None
-        uninstall()
-        try:
-            imported_before = "autograd_device_logging" in sys.modules
-            import autograd_device_logging
-
-            if not imported_before:
-                autograd_device_logging._activated("on torch import")
-        except Exception as e:  # never into `import torch`
-            _warn(f"the import hook could not load the package ({type(e).__name__}: {e})")
-        return None
+def _finders():
+    return [f for f in sys.meta_path if getattr(f, "__name__", None) == FINDER_NAME]
 
 
-def uninstall():
+def installed():
+    """Whether the .pth installed its finder in this process (it may have
+    stepped aside since, at the first import of torch)."""
+    return fired or bool(_finders())
+
+
+def load_before_torch():
+    """The .pth's finder calls this at the first lookup of torch."""
+    global fired
+    fired = True
+    for finder in _finders():
+        sys.meta_path.remove(finder)
     try:
-        sys.meta_path.remove(LoadBeforeTorch)
-    except ValueError:
-        pass
-
-
-def install():
-    global not_installed_because
-    value = os.environ.get(ENV, "")
-    if value.lower() in _OFF:
-        not_installed_because = f"{ENV}={value}"
-    elif sys.flags.isolated:
-        not_installed_because = "python -I"
-    elif "torch" in sys.modules:
-        not_installed_because = "torch was imported before site ran autograd_device_logging.pth"
-    else:
+        value = os.environ.get(ENV, "")
         if value and value.lower() not in _ON:
             _warn(
                 f"ignoring {ENV}={value}: use 1, true, yes or on, or 0, false, no or off "
                 "(any case); using the default, on."
             )
-        if LoadBeforeTorch not in sys.meta_path:
-            sys.meta_path.insert(0, LoadBeforeTorch)
+        imported_before = "autograd_device_logging" in sys.modules
+        import autograd_device_logging
+
+        if not imported_before:
+            autograd_device_logging._activated("on torch import")
+    except Exception as e:  # never into `import torch`
+        _warn(f"the import hook could not load the package ({type(e).__name__}: {e})")
+    return None
 
 
-install()
+def why_not_installed():
+    """Why the .pth did not install the finder in this process."""
+    value = os.environ.get(ENV, "")
+    if sys.flags.no_site:
+        return "python -S skips site, which installs it"
+    if value.lower() in _OFF:
+        return f"{ENV}={value}"
+    if sys.flags.isolated:
+        return "python -I"
+    import site
+
+    dirs = site.getsitepackages() + [site.getusersitepackages()]
+    if not any(os.path.exists(os.path.join(d, "autograd_device_logging.pth")) for d in dirs):
+        return (
+            "autograd_device_logging.pth is not installed: the package was found on "
+            "PYTHONPATH or in a source tree, not installed by pip"
+        )
+    return "torch was imported before site ran autograd_device_logging.pth"

@@ -338,22 +338,24 @@ def check_report() -> str:
 
 
 def _import_hook_state() -> str:
-    hook = sys.modules.get("_autograd_device_logging_hook")
-    if hook is not None and hook.not_installed_because is None:
+    try:
+        import _autograd_device_logging_hook as hook
+    except ImportError:
+        return "off here: " + _why_the_import_hook_did_not_run()
+    if hook.installed():
         return "installed: every process of this environment loads the library at `import torch`"
-    return "off here: " + _why_the_import_hook_did_not_run()
+    return "off here: " + hook.why_not_installed()
 
 
 def _why_the_import_hook_did_not_run() -> str:
-    if sys.flags.no_site:
-        return "python -S skips site, which installs it"
-    hook = sys.modules.get("_autograd_device_logging_hook")
-    if hook is None:
+    try:
+        import _autograd_device_logging_hook as hook
+    except ImportError:
         return (
             "it is not installed: this package was found on PYTHONPATH or in a source "
             "tree, not installed by pip"
         )
-    return hook.not_installed_because or "unknown"
+    return hook.why_not_installed()
 
 
 if _lib is not None and _torch_was_imported_first and not is_active():
