@@ -389,6 +389,41 @@ def run_scenarios_in_workers(torch, namespace, scenarios, jobs, library):
         yield answers.get(seed, {"seed": seed, "events": [], "error": "no answer"})
 
 
+SHORT = {EVENTS[0]: "multidevice", EVENTS[1]: "gpu_cpu"}
+
+
+def run_corpus_with(python, build_dir, count, with_library):
+    """Runs scenarios 0..count-1 with --executed under another interpreter
+    (for the tools that record and compare answers); the answers, with the
+    events by their short names."""
+    import subprocess
+
+    env = dict(
+        os.environ,
+        AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=build_dir,
+        PYTORCH_API_USAGE_STDERR="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    for name in ("LD_PRELOAD", "PYTHONPATH", "AUTOGRAD_DEVICE_LOGGING_LIBRARY"):
+        env.pop(name, None)
+    if with_library:
+        env["PYTHONPATH"] = os.path.join(build_dir, "python")
+    out = subprocess.run(
+        [python, os.path.abspath(__file__), f"--seeds=0:{count}", "--executed"]
+        + (["--with-library"] if with_library else []),
+        env=env,
+        check=True,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ).stdout
+    answers = [json.loads(line) for line in out.splitlines()]
+    for answer in answers:
+        for key in ("events", "executed_events"):
+            answer[key] = [SHORT[e] for e in answer[key]]
+    return answers
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="0:2400", help="START:STOP (default 0:2400)")

@@ -25,46 +25,12 @@ sys.path.insert(0, os.path.join(REPO, "test"))
 import backward_scenarios  # noqa: E402
 
 FIXTURE = os.path.join(REPO, "test", "fixtures", "upstream_backward_events.json")
-SHORT = {
-    "torch.autograd.multidevice_backward": "multidevice",
-    "torch.autograd.gpu_cpu_backward": "gpu_cpu",
-}
 
 
 def kind_of(program):
     if "torch.autograd.grad(" in program or "inputs=" in program:
         return "partial"
     return "full"
-
-
-def run_ours(python, build_dir, count):
-    env = dict(
-        os.environ,
-        AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=build_dir,
-        PYTORCH_API_USAGE_STDERR="1",
-        PYTHONDONTWRITEBYTECODE="1",
-        PYTHONPATH=os.path.join(build_dir, "python"),
-    )
-    env.pop("AUTOGRAD_DEVICE_LOGGING_LIBRARY", None)
-    out = subprocess.run(
-        [
-            python,
-            os.path.join(REPO, "test", "backward_scenarios.py"),
-            f"--seeds=0:{count}",
-            "--with-library",
-            "--executed",
-        ],
-        env=env,
-        check=True,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    ).stdout
-    answers = [json.loads(line) for line in out.splitlines()]
-    for a in answers:
-        a["events"] = [SHORT[e] for e in a["events"]]
-        a["executed_events"] = [SHORT[e] for e in a["executed_events"]]
-    return answers
 
 
 def main():
@@ -92,7 +58,7 @@ def main():
     with open(FIXTURE) as f:
         fixture = json.load(f)
     scenarios = fixture["scenarios"]
-    ours = run_ours(python, build_dir, len(scenarios))
+    ours = backward_scenarios.run_corpus_with(python, build_dir, len(scenarios), with_library=True)
     kinds = [kind_of(backward_scenarios.generate(s["seed"])) for s in scenarios]
 
     sources = {f"torch {v} (its own events)": v for v in sorted(fixture["torch"], reverse=True)}

@@ -31,10 +31,6 @@ sys.path.insert(0, os.path.join(REPO, "test"))
 import backward_scenarios  # noqa: E402
 
 FIXTURE = os.path.join(REPO, "test", "fixtures", "upstream_backward_events.json")
-SHORT = {
-    "torch.autograd.multidevice_backward": "multidevice",
-    "torch.autograd.gpu_cpu_backward": "gpu_cpu",
-}
 
 
 def code_hash(code):
@@ -75,31 +71,6 @@ def build_accelerator(python, build_dir):
     )
 
 
-def run_corpus(python, build_dir, scenarios):
-    env = dict(
-        os.environ,
-        AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=build_dir,
-        PYTORCH_API_USAGE_STDERR="1",
-        PYTHONDONTWRITEBYTECODE="1",
-    )
-    for name in ("LD_PRELOAD", "PYTHONPATH", "AUTOGRAD_DEVICE_LOGGING_LIBRARY"):
-        env.pop(name, None)
-    out = subprocess.run(
-        [
-            python,
-            os.path.join(REPO, "test", "backward_scenarios.py"),
-            f"--seeds=0:{scenarios}",
-            "--executed",
-        ],
-        env=env,
-        check=True,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    ).stdout
-    return [json.loads(line) for line in out.splitlines()]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", type=int, default=2400)
@@ -128,12 +99,14 @@ def main():
         print(f"== torch {installed}: building the test accelerator in {build_dir}", flush=True)
         build_accelerator(python, build_dir)
         print(f"== torch {installed}: {args.scenarios} scenarios", flush=True)
-        answers = run_corpus(python, build_dir, args.scenarios)
+        answers = backward_scenarios.run_corpus_with(
+            python, build_dir, args.scenarios, with_library=False
+        )
         assert [a["seed"] for a in answers] == list(range(args.scenarios)), "missing answers"
         versions[version] = installed
         for scenario, answer in zip(scenarios, answers):
-            scenario["events"][version] = [SHORT[e] for e in answer["events"]]
-            scenario["executed_events"][version] = [SHORT[e] for e in answer["executed_events"]]
+            scenario["events"][version] = answer["events"]
+            scenario["executed_events"][version] = answer["executed_events"]
             scenario["error"][version] = answer["error"]
         errors = sum(answer["error"] is not None for answer in answers)
         print(f"   scenarios that raised: {errors}", flush=True)
