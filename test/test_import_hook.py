@@ -186,18 +186,31 @@ class TestImportHook(TestCase):
                     x = torch.ones(2, requires_grad=True)
                     (x * dist.get_rank()).sum().backward()
                     adl = sys.modules["autograd_device_logging"]
-                    print("RANK", dist.get_rank(), adl.status().activated_by, adl.status().active)
+                    status = adl.status()
+                    # Each rank answers in its own file: the ranks share one
+                    # stdout, where their lines can interleave.
+                    path = os.path.join(sys.argv[1], f"rank{dist.get_rank()}")
+                    with open(path, "w") as f:
+                        f.write(f"{status.activated_by} {status.active}")
                     dist.destroy_process_group()
                     """
                 )
             )
         proc = self.run_python(
-            ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", script],
+            [
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=2",
+                script,
+                self.tmp,
+            ],
             env_extra={"OMP_NUM_THREADS": "1"},
         )
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         for rank in (0, 1):
-            self.assertIn(f"RANK {rank} on torch import True", proc.stdout)
+            with open(os.path.join(self.tmp, f"rank{rank}")) as f:
+                self.assertEqual(f.read(), "on torch import True", f"rank {rank}")
 
     def test_off_switch_means_not_loaded(self):
         for value in ("0", "false", "No", "OFF"):
