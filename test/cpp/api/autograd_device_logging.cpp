@@ -195,6 +195,32 @@ TEST(ClassifyBackwardPass, StopsOnceEveryWantedEventIsDecided) {
       0u);
 }
 
+TEST(ClassifyBackwardPass, StoppingEarlyCountsOnlyTheNodesOfThePass) {
+  // A partial pass that stops early (Note [The settled-device fast path])
+  // counts the nodes it read before the stop, which leaves out the nodes
+  // below min_topo_nr that it skipped on the way.
+  auto leaf = make_node({}); // topological_nr 0
+  std::vector<NodePtr> owned;
+  std::vector<const Node*> nodes;
+  const auto add = [&](c10::Device device, bool in_pass) {
+    owned.push_back(make_node({device}));
+    if (in_pass) {
+      connect(owned.back(), leaf); // topological_nr 1
+    }
+    nodes.push_back(owned.back().get());
+  };
+  add(cpu(), false);
+  add(cpu(), true);
+  add(cpu(), false);
+  add(cuda(0), false);
+  add(cuda(0), true);
+  add(cpu(), true);
+  const auto summary = classify_backward_pass(
+      nullptr, nodes, kGpuCpuBackward, /*min_topo_nr=*/1);
+  EXPECT_EQ(summary.events(), kGpuCpuBackward);
+  EXPECT_EQ(summary.nodes_inspected, 2u);
+}
+
 TEST(ClassifyBackwardPass, RootInTheSetIsReadAgainWithTheSameDecision) {
   // The engine's walk never puts the root into nodes_in_graph_; the
   // classifier does not look for it there (Note [Keeping the per-node cost of
