@@ -17,21 +17,29 @@ namespace torch::autograd::device_logging::detail {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // `state` holds one bit per BackwardDeviceEvent that needs no further
 // inspection (the event was emitted, or the library is disabled), a bit for
-// the opt-in statistics, one for "disabled" and one for "the hook has run".
-// After libtorch's walk, engine.cpp does one relaxed load of it; when it is
-// exactly kNothingLeftToLog (both events done, the hook has run, statistics
-// off, not disabled), the pass ends there. Relaxed ordering is enough: a pass
-// that reads a stale value merely inspects nodes once more and then loses the
-// fetch_or race, which still emits each event exactly once.
+// the opt-in statistics, one for "disabled", one for "the hook has run", one
+// for "an accelerator device was seen" (Note [Skipping processes without
+// accelerators], pass_logging.cpp) and one for a test's injected fault. After
+// libtorch's walk, engine.cpp does one relaxed load of it; when it is exactly
+// kNothingLeftToLog (both events done, which only a pass that saw an
+// accelerator can do, the hook has run, statistics off, not disabled), the pass
+// ends there. Relaxed ordering is enough: a pass that reads a stale value
+// merely inspects nodes once more and then loses the fetch_or race, which still
+// emits each event exactly once.
 extern std::atomic<uint8_t> state;
 constexpr uint8_t kStateMultiDeviceDone = 1u << 0;
 constexpr uint8_t kStateGpuCpuDone = 1u << 1;
 constexpr uint8_t kStateStatsEnabled = 1u << 2;
 constexpr uint8_t kStateDisabled = 1u << 3;
 constexpr uint8_t kStateHookHasRun = 1u << 4;
+constexpr uint8_t kStateAcceleratorSeen = 1u << 5;
+// A test installed a classifier fault (set_classifier_fault_for_testing), so
+// passes take the slow path, which runs it.
+constexpr uint8_t kStateFaultForTesting = 1u << 6;
 constexpr uint8_t kStateAllEventsDone =
     kStateMultiDeviceDone | kStateGpuCpuDone;
-constexpr uint8_t kNothingLeftToLog = kStateAllEventsDone | kStateHookHasRun;
+constexpr uint8_t kNothingLeftToLog =
+    kStateAllEventsDone | kStateHookHasRun | kStateAcceleratorSeen;
 
 // BackwardDeviceEvent bits this library emitted (a subset of the done bits:
 // disabling sets those too).

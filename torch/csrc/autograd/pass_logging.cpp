@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/device_stats_recording.h>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/macros/Macros.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
@@ -40,9 +41,13 @@ std::atomic<ClassifierFaultForTesting> classifier_fault_for_testing{nullptr};
 // otherwise. So when no registered non-CPU-queue device type reports a device,
 // neither event can fire and the pass needs no inspection. The scan is a
 // fixed number of atomic loads plus one virtual call per registered backend
-// (CUDA's count is cached by c10), i.e. O(1) per pass, and it is not cached
-// across passes because a backend may register itself later (a Python import
-// or dlopen of an out-of-tree device).
+// (CUDA's count is cached by c10), i.e. O(1) per pass. A "no" is not kept
+// across passes, because a backend may register itself later (a Python
+// import or dlopen of an out-of-tree device). A "yes" is kept, as
+// kStateAcceleratorSeen: device guard implementations are never unregistered
+// and device counts do not shrink in a running process, so once a pass could
+// run on an accelerator every later one can, and the scan (about 270
+// instructions) leaves the per-pass cost of every pass after the first.
 bool process_has_accelerator_devices() noexcept {
   for (size_t i = 0; i < c10::impl::device_guard_impl_registry.size(); ++i) {
     const auto type = static_cast<c10::DeviceType>(i);
@@ -63,9 +68,6 @@ bool process_has_accelerator_devices() noexcept {
 // the state word makes each event this library's exactly once per process,
 // whatever C10_LOG_API_USAGE_ONCE does with repeated calls.
 void emit(uint8_t decided) {
-  if (decided == kNoBackwardDeviceEvent) {
-    return;
-  }
   const uint8_t newly =
       decided & ~state.fetch_or(decided, std::memory_order_relaxed);
   if (newly == kNoBackwardDeviceEvent) {
@@ -80,40 +82,29 @@ void emit(uint8_t decided) {
   }
 }
 
-} // namespace
+void disable_after(const char* what) noexcept {
+  detail::disable(std::string("classifying a backward pass failed") + what);
+}
 
-void log_backward_devices(
+// Classifies a pass in a process with an accelerator and emits the events of
+// `pending` it decides; with `stats`, reads the whole pass for the
+// statistics as well. Never throws: any failure disables the library.
+C10_ALWAYS_INLINE void classify_and_emit(
     const Node* root,
     const GraphTask& task,
-    uint64_t min_topo_nr) noexcept {
-  uint8_t current = state.load(std::memory_order_relaxed);
-  if (!(current & detail::kStateHookHasRun)) {
-    current =
-        state.fetch_or(detail::kStateHookHasRun, std::memory_order_relaxed) |
-        detail::kStateHookHasRun;
-  }
-  if ((current & kAllBackwardDeviceEvents) == kAllBackwardDeviceEvents &&
-      !(current & detail::kStateStatsEnabled)) {
-    return;
-  }
-  if (current & detail::kStateDisabled) {
-    return;
-  }
-  const uint8_t pending = kAllBackwardDeviceEvents & ~current;
-  const bool stats = current & detail::kStateStatsEnabled;
+    uint64_t min_topo_nr,
+    uint8_t pending,
+    bool stats,
+    bool fault_injected) noexcept {
   try {
-    if (!process_has_accelerator_devices()) {
-      if (stats) {
-        detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
-        detail::record_backward_pass(BackwardDeviceClass::kCpuOnly, 0);
-      }
-      return;
-    }
     detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
-    if (const ClassifierFaultForTesting fault =
-            classifier_fault_for_testing.load(std::memory_order_relaxed)) {
-      fault();
+    if (C10_UNLIKELY(fault_injected)) {
+      if (const ClassifierFaultForTesting fault =
+              classifier_fault_for_testing.load(std::memory_order_relaxed)) {
+        fault();
+      }
     }
+    uint8_t decided = kNoBackwardDeviceEvent;
     if (stats) {
       const PassDeviceCensus census =
           census_backward_pass(root, task.nodes_in_graph_, min_topo_nr);
@@ -121,30 +112,113 @@ void log_backward_devices(
           census.nodes_inspected, std::memory_order_relaxed);
       detail::record_backward_pass(
           census.device_class(), census.num_accelerators);
-      emit(census.events() & pending);
-      return;
+      decided = census.events() & pending;
+    } else {
+      const PassDeviceSummary summary = classify_backward_pass(
+          root, task.nodes_in_graph_, pending, min_topo_nr);
+      detail::nodes_inspected.fetch_add(
+          summary.nodes_inspected, std::memory_order_relaxed);
+      decided = summary.events() & pending;
     }
-    const PassDeviceSummary summary = classify_backward_pass(
-        root, task.nodes_in_graph_, pending, min_topo_nr);
-    detail::nodes_inspected.fetch_add(
-        summary.nodes_inspected, std::memory_order_relaxed);
-    emit(summary.events() & pending);
+    if (decided != kNoBackwardDeviceEvent) {
+      emit(decided);
+    }
   } catch (const c10::Error& e) {
     // Without the C++ backtrace that what() appends: one line is enough.
-    detail::disable(
-        std::string("classifying a backward pass failed: ") +
-        e.what_without_backtrace());
+    disable_after((std::string(": ") + e.what_without_backtrace()).c_str());
   } catch (const std::exception& e) {
-    detail::disable(
-        std::string("classifying a backward pass failed: ") + e.what());
+    disable_after((std::string(": ") + e.what()).c_str());
   } catch (...) {
-    detail::disable("classifying a backward pass failed.");
+    disable_after(".");
   }
+}
+
+// Every pass that is not the common one (Note [The per-pass fast path]): the
+// first pass, passes with statistics on, passes of a disabled library,
+// passes of a process where no accelerator was seen yet, and passes under a
+// test's injected fault.
+C10_NOINLINE void log_backward_devices_slow(
+    const Node* root,
+    const GraphTask& task,
+    uint64_t min_topo_nr,
+    uint8_t current) noexcept {
+  if (!(current & detail::kStateHookHasRun)) {
+    current =
+        state.fetch_or(detail::kStateHookHasRun, std::memory_order_relaxed) |
+        detail::kStateHookHasRun;
+  }
+  const bool stats = current & detail::kStateStatsEnabled;
+  if (((current & kAllBackwardDeviceEvents) == kAllBackwardDeviceEvents &&
+       !stats) ||
+      (current & detail::kStateDisabled)) {
+    return;
+  }
+  if (!(current & detail::kStateAcceleratorSeen)) {
+    if (!process_has_accelerator_devices()) {
+      if (stats) {
+        detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
+        detail::record_backward_pass(BackwardDeviceClass::kCpuOnly, 0);
+      }
+      return;
+    }
+    current = state.fetch_or(
+                  detail::kStateAcceleratorSeen, std::memory_order_relaxed) |
+        detail::kStateAcceleratorSeen;
+  }
+  classify_and_emit(
+      root,
+      task,
+      min_topo_nr,
+      kAllBackwardDeviceEvents & ~current,
+      stats,
+      current & detail::kStateFaultForTesting);
+}
+
+} // namespace
+
+// Note [The per-pass fast path]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// In a process with an accelerator and the statistics off, every pass until
+// both events fired takes the same way: one load of the state word, one
+// compare under a mask, and the classifier. Everything else (marking that
+// the hook ran, the accelerator scan, the statistics, a disabled library, a
+// test's injected fault)
+// sits behind that one compare in a function of its own, so that the common
+// pass pays for none of it; this is what keeps a 10-node pass under
+// upstream's own per-pass cost.
+void log_backward_devices(
+    const Node* root,
+    const GraphTask& task,
+    uint64_t min_topo_nr) noexcept {
+  constexpr uint8_t kFastPathMask = detail::kStateHookHasRun |
+      detail::kStateAcceleratorSeen | detail::kStateStatsEnabled |
+      detail::kStateDisabled | detail::kStateFaultForTesting;
+  constexpr uint8_t kFastPath =
+      detail::kStateHookHasRun | detail::kStateAcceleratorSeen;
+  const uint8_t current = state.load(std::memory_order_relaxed);
+  if ((current & kFastPathMask) != kFastPath) {
+    log_backward_devices_slow(root, task, min_topo_nr, current);
+    return;
+  }
+  classify_and_emit(
+      root,
+      task,
+      min_topo_nr,
+      kAllBackwardDeviceEvents & ~current,
+      /*stats=*/false,
+      /*fault_injected=*/false);
 }
 
 void set_classifier_fault_for_testing(
     ClassifierFaultForTesting fault) noexcept {
   classifier_fault_for_testing.store(fault, std::memory_order_relaxed);
+  if (fault != nullptr) {
+    state.fetch_or(detail::kStateFaultForTesting, std::memory_order_relaxed);
+  } else {
+    state.fetch_and(
+        static_cast<uint8_t>(~detail::kStateFaultForTesting),
+        std::memory_order_relaxed);
+  }
 }
 
 } // namespace torch::autograd::device_logging
