@@ -17,6 +17,7 @@
 
 #include <torch/csrc/autograd/engine.h>
 
+#include <torch/csrc/autograd/benchmark_switch.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/version.h>
 
@@ -71,6 +72,11 @@ void Engine::compute_dependencies(
       "autograd_device_logging: libtorch's Engine::compute_dependencies "
       "could not be found; remove the library from this process.");
   libtorch_fn(this, root, task, min_topo_nr);
+#ifdef AUTOGRAD_DEVICE_LOGGING_BENCHMARK_SWITCH
+  if (!detail::classifying_for_benchmark.load(std::memory_order_relaxed)) {
+    return;
+  }
+#endif
   // Once both events fired (and statistics are off), this load and compare
   // are all a pass costs; see Note [Device logging state].
   if (detail::state.load(std::memory_order_relaxed) !=
