@@ -22,6 +22,7 @@
 
 #include "autograd_test_graphs.h"
 
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/torch.h>
 
 #include <benchmark/benchmark.h>
@@ -173,13 +174,16 @@ void register_benchmarks() {
 // libtorch's, and callgrind's inclusive costs of the two give the added
 // instructions exactly; "before" and "after" the events fired are measured on
 // the same graphs in the same process. One stats dump per case and phase:
-// "<what>/<shape>/<placement>/<nodes>/<phase>/x<calls>".
+// "<what>/<shape>/<placement>/<nodes>/<phase>/x<calls>/n<graph nodes>".
 struct Case {
   std::string shape;
   std::string placement;
   int64_t nodes;
   Graph graph;
   uint64_t min_topo_nr = 0;
+  // Nodes the walk actually visits, root included: a testaccel graph has a
+  // ToCopyBackward per CPU leaf on top of its nominal size.
+  size_t graph_nodes = 0;
 };
 
 void measure_cases(
@@ -189,7 +193,8 @@ void measure_cases(
   for (Case& c : cases) {
     const int reps = c.nodes >= 100000 ? 1 : iterations;
     const std::string suffix = c.shape + "/" + c.placement + "/" +
-        std::to_string(c.nodes) + "/" + phase + "/x" + std::to_string(reps);
+        std::to_string(c.nodes) + "/" + phase + "/x" + std::to_string(reps) +
+        "/n" + std::to_string(c.graph_nodes);
     CALLGRIND_ZERO_STATS;
     for (int i = 0; i < reps; ++i) {
       auto task = dl::make_graph_task(root_of(c.graph));
@@ -234,6 +239,7 @@ void run_under_callgrind(int iterations) {
         // Warm up (first-call binding, thread start, allocator pools).
         auto task = dl::make_graph_task(root_of(cases.back().graph));
         dl::run_bound_compute_dependencies(root_of(cases.back().graph), *task);
+        cases.back().graph_nodes = task->nodes_in_graph_.size() + 1;
         cases.back().graph.loss.backward({}, /*retain_graph=*/true);
       }
     }
