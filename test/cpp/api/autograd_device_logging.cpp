@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/device_logging.h>
 #include <torch/csrc/autograd/device_stats.h>
 
+#include <ATen/Version.h>
 #include <torch/torch.h>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -271,6 +272,17 @@ TEST(PatchedComputeDependencies, IsTheDefinitionLibtorchBinds) {
   const DeviceLoggingStatus status = device_logging_status();
   EXPECT_EQ(status.disabled_reason, "");
   EXPECT_EQ(status.built_for_torch, status.running_torch);
+}
+
+TEST(PatchedComputeDependencies, ShowConfigNamesTheRunningVersion) {
+  // Releases without <caffe2/core/common.h> read the running version from
+  // at::show_config() (Note [Where the running torch's version is read]);
+  // on this one, it names the same version as the build options.
+  const DeviceLoggingStatus status = device_logging_status();
+  ASSERT_FALSE(status.running_torch.empty());
+  EXPECT_NE(
+      at::show_config().find("TORCH_VERSION=" + status.running_torch),
+      std::string::npos);
 }
 
 TEST(PatchedComputeDependencies, KeepsLibtorchsDependencyWalk) {

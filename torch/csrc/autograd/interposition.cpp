@@ -12,8 +12,21 @@
 #include <torch/csrc/autograd/environment_flags.h>
 #include <torch/csrc/autograd/process_record.h>
 
-#include <caffe2/core/common.h>
 #include <torch/version.h>
+
+// Note [Where the running torch's version is read]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// libtorch records its version among its build options, which
+// caffe2::GetBuildOptions() returns as a map. Releases whose wheels do not
+// ship <caffe2/core/common.h> (2.4 among them) still print the same options
+// in at::show_config(), a public API of every 2.x release, as
+// "TORCH_VERSION=x.y.z"; the header decides which one is read.
+#if __has_include(<caffe2/core/common.h>)
+#include <caffe2/core/common.h>
+#define AUTOGRAD_DEVICE_LOGGING_HAS_BUILD_OPTIONS
+#else
+#include <ATen/Version.h>
+#endif
 
 #include <dlfcn.h>
 
@@ -61,12 +74,22 @@ const char* built_for_torch() noexcept {
 const std::string& running_torch_version() noexcept {
   static const std::string version = []() -> std::string {
     try {
+#ifdef AUTOGRAD_DEVICE_LOGGING_HAS_BUILD_OPTIONS
       const auto& options = caffe2::GetBuildOptions();
       const auto it = options.find("TORCH_VERSION");
       if (it == options.end()) {
         return {};
       }
       const std::string& full = it->second;
+#else
+      constexpr const char* kKey = "TORCH_VERSION=";
+      const std::string config = at::show_config();
+      const size_t at = config.find(kKey);
+      if (at == std::string::npos) {
+        return {};
+      }
+      const std::string full = config.substr(at + std::strlen(kKey));
+#endif
       return full.substr(0, full.find_first_not_of("0123456789."));
     } catch (...) {
       return {};
