@@ -49,15 +49,8 @@ std::atomic<ClassifierFaultForTesting> classifier_fault_for_testing{nullptr};
 // run on an accelerator every later one can, and the scan (about 270
 // instructions) leaves the per-pass cost of every pass after the first.
 bool process_has_accelerator_devices() noexcept {
-  for (size_t i = 0; i < c10::impl::device_guard_impl_registry.size(); ++i) {
-    const auto type = static_cast<c10::DeviceType>(i);
-    if (runs_on_cpu_ready_queue(type)) {
-      continue;
-    }
-    const c10::impl::DeviceGuardImplInterface* impl =
-        c10::impl::device_guard_impl_registry[i].load(
-            std::memory_order_relaxed);
-    if (impl != nullptr && impl->deviceCount() > 0) {
+  for (size_t i = 0; i < kNumDeviceTypeSlots; ++i) {
+    if (accelerator_device_count(static_cast<c10::DeviceType>(i)) > 0) {
       return true;
     }
   }
@@ -175,6 +168,16 @@ C10_NOINLINE void log_backward_devices_slow(
 }
 
 } // namespace
+
+c10::DeviceIndex accelerator_device_count(c10::DeviceType type) noexcept {
+  if (runs_on_cpu_ready_queue(type)) {
+    return 0;
+  }
+  const c10::impl::DeviceGuardImplInterface* impl =
+      c10::impl::device_guard_impl_registry[static_cast<size_t>(type)].load(
+          std::memory_order_relaxed);
+  return impl != nullptr ? impl->deviceCount() : 0;
+}
 
 // Note [The per-pass fast path]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -7,7 +7,25 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/graph_task.h>
 
+#include <c10/core/DeviceType.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <cstddef>
+#include <iterator>
+
 namespace torch::autograd::device_logging {
+
+// One past the largest device type a device guard can be registered for. The
+// registry is a C array in older releases (2.4) and a std::array in newer
+// ones: std::size takes both.
+constexpr size_t kNumDeviceTypeSlots =
+    std::size(c10::impl::device_guard_impl_registry);
+
+// How many devices of `type` the engine could run nodes on: what its
+// registered device guard reports, and 0 for a type without one or one the
+// engine keeps on the CPU ready queue (Note [Skipping processes without
+// accelerators]).
+c10::DeviceIndex accelerator_device_count(c10::DeviceType type) noexcept;
 
 // Classifies the pass whose dependencies were just computed (with
 // `min_topo_nr`, as the walk got it) and emits the API-usage events it

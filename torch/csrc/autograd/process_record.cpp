@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/interposition.h>
+#include <torch/csrc/autograd/pass_logging.h>
 
 #include <c10/core/DeviceType.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -76,15 +77,9 @@ std::string utc_now() {
 
 nlohmann::json accelerators_seen() {
   nlohmann::json seen = nlohmann::json::object();
-  for (size_t i = 0; i < c10::impl::device_guard_impl_registry.size(); ++i) {
+  for (size_t i = 0; i < kNumDeviceTypeSlots; ++i) {
     const auto type = static_cast<c10::DeviceType>(i);
-    if (runs_on_cpu_ready_queue(type)) {
-      continue;
-    }
-    const c10::impl::DeviceGuardImplInterface* impl =
-        c10::impl::device_guard_impl_registry[i].load(
-            std::memory_order_relaxed);
-    const c10::DeviceIndex count = impl != nullptr ? impl->deviceCount() : 0;
+    const c10::DeviceIndex count = accelerator_device_count(type);
     if (count > 0) {
       seen[c10::DeviceTypeName(type, /*lower_case=*/true)] = count;
     }
