@@ -31,10 +31,13 @@ tar -C "$repo" --exclude=./.git --exclude='./build*' --exclude='*.egg-info' \
 echo "== --check"
 "$python" -m autograd_device_logging --check
 
+# Step 4 imports torch first: without the installed package (whose import
+# hook would load the library ahead of torch), from the pinned build's copy.
+"$python" -m pip uninstall -q -y autograd_device_logging
 pinned_lib="$repo/build/python/autograd_device_logging/libautograd_device_logging.so"
 if [ -f "$pinned_lib" ]; then
   echo "== the CI pin's build loaded into torch $version"
-  AUTOGRAD_DEVICE_LOGGING_LIBRARY=$pinned_lib "$python" -W ignore::RuntimeWarning -c '
+  PYTHONPATH="$repo/build/python" "$python" -W ignore::RuntimeWarning -c '
 import torch
 import autograd_device_logging as adl
 x = torch.arange(1.0, 4.0, requires_grad=True)
@@ -46,5 +49,4 @@ assert s.disabled_reason and s.built_for_torch in s.disabled_reason and s.runnin
 print("backward unchanged: yes")
 '
 fi
-"$python" -m pip uninstall -q -y autograd_device_logging
 echo "== torch $version: OK"
