@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace torch::autograd {
@@ -79,6 +81,48 @@ struct FakeDeviceGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceIndex count_;
 };
 
+// Registers (or replaces) the device guard of `type`. Through the registrar,
+// which every 2.x release has (c10::impl::registerDeviceGuard came later).
+void register_device_guard(
+    c10::DeviceType type,
+    const c10::impl::DeviceGuardImplInterface* impl) {
+  c10::impl::DeviceGuardImplRegistrar registrar(type, impl);
+  (void)registrar;
+}
+
+// InputMetadata's grad_dtype argument came with newer releases: a call with
+// it where add_input_metadata takes one, without it elsewhere.
+template <typename N, typename = void>
+struct TakesGradDtype : std::false_type {};
+template <typename N>
+struct TakesGradDtype<
+    N,
+    std::void_t<decltype(std::declval<N&>().add_input_metadata(
+        std::declval<const at::TensorOptions&>(),
+        std::declval<c10::SymIntArrayRef>(),
+        false,
+        false,
+        std::nullopt))>> : std::true_type {};
+
+template <typename N>
+void add_sized_input(N& node, const at::TensorOptions& options) {
+  const c10::SymInt one(1);
+  if constexpr (TakesGradDtype<N>::value) {
+    node.add_input_metadata(
+        options,
+        c10::SymIntArrayRef(&one, 1),
+        /*is_tensor_subclass=*/false,
+        /*is_nested=*/false,
+        /*grad_dtype=*/std::nullopt);
+  } else {
+    node.add_input_metadata(
+        options,
+        c10::SymIntArrayRef(&one, 1),
+        /*is_tensor_subclass=*/false,
+        /*is_nested=*/false);
+  }
+}
+
 // Metadata naming CUDA or XPU devices needs a guard for the type, which a
 // CPU-only process lacks (and a real one would reject devices it does not
 // have). These report no devices, so by themselves they leave the process
@@ -86,7 +130,7 @@ struct FakeDeviceGuardImpl final : c10::impl::DeviceGuardImplInterface {
 void register_metadata_only_devices() {
   static const bool registered = [] {
     for (const auto type : {c10::DeviceType::CUDA, c10::DeviceType::XPU}) {
-      c10::impl::registerDeviceGuard(type, new FakeDeviceGuardImpl(type, 0));
+      register_device_guard(type, new FakeDeviceGuardImpl(type, 0));
     }
     return true;
   }();
@@ -102,13 +146,7 @@ DeviceTestNode::DeviceTestNode(std::initializer_list<c10::Device> devices) {
 
 void add_device_input(Node& node, c10::Device device) {
   register_metadata_only_devices();
-  const c10::SymInt one(1);
-  node.add_input_metadata(
-      at::TensorOptions().device(device).dtype(at::kFloat),
-      c10::SymIntArrayRef(&one, 1),
-      /*is_tensor_subclass=*/false,
-      /*is_nested=*/false,
-      /*grad_dtype=*/std::nullopt);
+  add_sized_input(node, at::TensorOptions().device(device).dtype(at::kFloat));
 }
 
 variable_list DeviceTestNode::apply(variable_list&& /*grads*/) {
@@ -180,7 +218,7 @@ std::string bound_compute_dependencies_path() {
 
 void register_two_test_devices() {
   static FakeDeviceGuardImpl impl(c10::DeviceType::PrivateUse1, 2);
-  c10::impl::registerDeviceGuard(c10::DeviceType::PrivateUse1, &impl);
+  register_device_guard(c10::DeviceType::PrivateUse1, &impl);
 }
 
 namespace {

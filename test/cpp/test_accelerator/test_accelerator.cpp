@@ -120,11 +120,17 @@ struct HostMemoryAllocator final : c10::Allocator {
 HostMemoryAllocator host_memory_allocator;
 REGISTER_ALLOCATOR(kDeviceType, &host_memory_allocator);
 
+// Note [Hooks that only newer releases declare]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// isBuilt(), isAvailable() and isPinnedPtr() joined the hooks interface after
+// torch 2.4. They are defined here without `override`: where the interface
+// declares them, a member of the same signature overrides it all the same;
+// where it does not, they are plain members nobody calls.
 struct TestAcceleratorHooks final : at::PrivateUse1HooksInterface {
-  bool isBuilt() const override {
+  bool isBuilt() const {
     return true;
   }
-  bool isAvailable() const override {
+  bool isAvailable() const {
     return true;
   }
   bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override {
@@ -147,7 +153,7 @@ struct TestAcceleratorHooks final : at::PrivateUse1HooksInterface {
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override {
     return exchangeDevice(device);
   }
-  bool isPinnedPtr(const void* /*data*/) const override {
+  bool isPinnedPtr(const void* /*data*/) const {
     return false;
   }
   at::Device getDeviceFromPtr(void* /*data*/) const override {
