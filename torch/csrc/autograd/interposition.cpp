@@ -71,31 +71,41 @@ const char* built_for_torch() noexcept {
   return AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH;
 }
 
+// Note [Strings the exit handlers read are leaked]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The per-process record is written by an atexit handler, registered before
+// these strings are first built. Exit runs handlers and static destructors
+// in reverse order of registration, so a function-local static std::string
+// would be destroyed before the handler reads it: with the C++11 string ABI
+// the bytes are usually still there, with the pre-C++11 one (torch 2.4.1's
+// wheels) the copy throws std::bad_alloc. So both live as long as the
+// process.
 const std::string& running_torch_version() noexcept {
-  static const std::string version = []() -> std::string {
-    try {
+  static const std::string* const version =
+      new std::string([]() -> std::string {
+        try {
 #ifdef AUTOGRAD_DEVICE_LOGGING_HAS_BUILD_OPTIONS
-      const auto& options = caffe2::GetBuildOptions();
-      const auto it = options.find("TORCH_VERSION");
-      if (it == options.end()) {
-        return {};
-      }
-      const std::string& full = it->second;
+          const auto& options = caffe2::GetBuildOptions();
+          const auto it = options.find("TORCH_VERSION");
+          if (it == options.end()) {
+            return {};
+          }
+          const std::string& full = it->second;
 #else
-      constexpr const char* kKey = "TORCH_VERSION=";
-      const std::string config = at::show_config();
-      const size_t at = config.find(kKey);
-      if (at == std::string::npos) {
-        return {};
-      }
-      const std::string full = config.substr(at + std::strlen(kKey));
+          constexpr const char* kKey = "TORCH_VERSION=";
+          const std::string config = at::show_config();
+          const size_t at = config.find(kKey);
+          if (at == std::string::npos) {
+            return {};
+          }
+          const std::string full = config.substr(at + std::strlen(kKey));
 #endif
-      return full.substr(0, full.find_first_not_of("0123456789."));
-    } catch (...) {
-      return {};
-    }
-  }();
-  return version;
+          return full.substr(0, full.find_first_not_of("0123456789."));
+        } catch (...) {
+          return {};
+        }
+      }());
+  return *version;
 }
 
 } // namespace detail
@@ -128,10 +138,11 @@ std::string object_path_of(const void* address) {
   return info.dli_fname;
 }
 
+// Leaked (Note [Strings the exit handlers read are leaked]).
 const std::string& this_library_path() {
-  static const std::string path =
-      object_path_of(reinterpret_cast<const void*>(&object_path_of));
-  return path;
+  static const std::string* const path = new std::string(
+      object_path_of(reinterpret_cast<const void*>(&object_path_of)));
+  return *path;
 }
 
 } // namespace
