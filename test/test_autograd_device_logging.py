@@ -738,6 +738,17 @@ print("STATS " + json.dumps(dataclasses.asdict(autograd_device_logging.device_st
 """
 
 
+# What the statistics hold after ONE_PASS_OF_EACH_CLASS.
+STATS_OF_ONE_PASS_OF_EACH_CLASS = {
+    "enabled": True,
+    "cpu_only": 1,
+    "single_accelerator": 1,
+    "accelerator_cpu": 1,
+    "multi_accelerator": 1,
+    "max_accelerators_in_one_pass": 2,
+}
+
+
 def stats_of(result):
     for line in result.stdout.splitlines():
         if line.startswith("STATS "):
@@ -770,14 +781,7 @@ class TestDeviceStats(TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(
             stats_of(result),
-            {
-                "enabled": True,
-                "cpu_only": 1,
-                "single_accelerator": 1,
-                "accelerator_cpu": 1,
-                "multi_accelerator": 1,
-                "max_accelerators_in_one_pass": 2,
-            },
+            STATS_OF_ONE_PASS_OF_EACH_CLASS,
         )
 
     def test_api_enable_reset_and_typed_result(self):
@@ -939,6 +943,45 @@ loss = lin2(torch.relu(lin1(x.to(dev))).cpu()).pow(2).mean()
 loss.backward()
 grads = [p.grad.cpu() for p in (*lin1.parameters(), *lin2.parameters())]
 """
+
+
+# Note [Statistics only where torch logs the events itself] (C++): builds
+# against torch 2.14 or later keep statistics and emit nothing.
+TORCH_LOGS_EVENTS = torch.torch_version.TorchVersion(torch.__version__) >= "2.14"
+
+
+class TestStatisticsOnlyBuild(TestCase):
+    """What a build does on either side of torch 2.14."""
+
+    def setUp(self):
+        super().setUp()
+        require_built(self, LIBRARY, ACCELERATOR_LIBRARY)
+
+    @unittest.skipUnless(TORCH_LOGS_EVENTS, "needs torch >= 2.14, which logs the events itself")
+    def test_each_event_once_from_torch_and_statistics_counted(self):
+        result = run_code(
+            WITH_TEST_ACCELERATOR + ONE_PASS_OF_EACH_CLASS + STATS_JSON + STATUS_JSON,
+            env_extra={"PYTORCH_AUTOGRAD_DEVICE_STATS": "1"},
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(sorted(result.events), sorted(EVENTS))
+        self.assertTrue(result.status["torch_logs_events"])
+        self.assertTrue(result.status["active"])
+        self.assertEqual(result.status["events_emitted"], [])
+        self.assertEqual(
+            stats_of(result),
+            STATS_OF_ONE_PASS_OF_EACH_CLASS,
+        )
+        check = run_child(["-m", "autograd_device_logging", "--check"])
+        self.assertIn("logged by torch", check.stdout, check.stdout + check.stderr)
+
+    @unittest.skipIf(TORCH_LOGS_EVENTS, "needs torch < 2.14, where the library emits the events")
+    def test_below_2_14_the_library_emits_them(self):
+        result = run_code(WITH_TEST_ACCELERATOR + ONE_PASS_OF_EACH_CLASS + STATUS_JSON)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(sorted(result.events), sorted(EVENTS))
+        self.assertFalse(result.status["torch_logs_events"])
+        self.assertEqual(result.status["events_emitted"], sorted(EVENTS))
 
 
 class TestOnCuda(TestCase):

@@ -5,8 +5,8 @@
 For each version, downloads the CPython x86-64 Linux wheel from PyPI (pip's
 cache makes repeats cheap), reads libtorch_cpu.so out of it and looks for the
 two event names. A release whose libtorch contains them logs the events
-itself, so this library must not be used there (engine.cpp refuses to build
-for torch >= 2.14 on the strength of this check). Also reports whether
+itself, so this library must not emit them there (builds for torch >= 2.14
+keep statistics only, on the strength of this check). Also reports whether
 Engine::execute calls compute_dependencies through the PLT, which is what
 makes interposition possible.
 """
@@ -75,6 +75,13 @@ def main():
                 flush=True,
             )
     if args.write:
+        # tools/torch_matrix.py's section of the same file is kept.
+        kept = ""
+        if os.path.exists(args.write):
+            match = re.search(
+                r"<!-- torch-matrix -->.*?<!-- /torch-matrix -->\n?", open(args.write).read(), re.S
+            )
+            kept = match.group(0) if match else ""
         with open(args.write, "w") as f:
             f.write("# Which torch releases need this library\n\n")
             f.write(
@@ -98,9 +105,12 @@ def main():
                 )
             f.write(
                 "\nThe pin in requirements.txt is the newest release without the events. "
-                "`torch/csrc/autograd/engine.cpp` refuses to build against the first "
-                "release with them and later ones.\n"
+                "Builds against the first release with them and later ones keep the per-pass "
+                "statistics only and never emit the events (Note [Statistics only where torch "
+                "logs the events itself] in `torch/csrc/autograd/device_logging_state.h`).\n"
             )
+            if kept:
+                f.write("\n" + kept)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ def _load(path: str) -> ctypes.CDLL:
     for name in ("set_report_dir", "set_record_program", "set_record_activation"):
         getattr(lib, "autograd_device_logging_" + name).argtypes = [ctypes.c_char_p]
     lib.autograd_device_logging_hook_has_run.restype = ctypes.c_int
+    lib.autograd_device_logging_torch_logs_events.restype = ctypes.c_int
     lib.autograd_device_logging_events_emitted.restype = ctypes.c_uint
     lib.autograd_device_logging_nodes_inspected.restype = ctypes.c_uint64
     for name in ("disabled_reason", "built_for_torch", "running_torch"):
@@ -189,6 +190,9 @@ class Status:
     #: pip installs), "by import" (the program imported this package), "by
     #: the launcher", "by preload" (LD_PRELOAD), "linked", or "not loaded".
     activated_by: str
+    #: Built against a torch that logs both events itself (2.14 and later):
+    #: the library keeps statistics only and emits nothing.
+    torch_logs_events: bool = False
 
 
 def _decode(value: Optional[bytes]) -> Optional[str]:
@@ -209,6 +213,7 @@ def status() -> Status:
         running_torch=_decode(_lib.autograd_device_logging_running_torch()) or "",
         library_path=_decode(_lib.autograd_device_logging_library_path()) or library_path(),
         activated_by=_activation,
+        torch_logs_events=bool(_lib.autograd_device_logging_torch_logs_events()),
     )
 
 
@@ -333,7 +338,13 @@ def check_report() -> str:
             "loaded (Python binds an extension's symbols as it imports "
             "torch). " + _NOT_ACTIVE_HINT
         )
-    lines.append("events emitted:   " + (", ".join(sorted(s.events_emitted)) or "none"))
+    if s.torch_logs_events:
+        lines.append(
+            f"events:           logged by torch {s.running_torch or ''} itself; this library "
+            "keeps the per-pass statistics only"
+        )
+    else:
+        lines.append("events emitted:   " + (", ".join(sorted(s.events_emitted)) or "none"))
     return "\n".join(lines)
 
 

@@ -28,6 +28,9 @@ struct DeviceLoggingStatus {
   // "major.minor.patch" of the libtorch running in this process, or empty if
   // libtorch does not say.
   std::string running_torch;
+  // Built against a torch that emits both events itself (2.14 and later):
+  // this library then keeps statistics only and emits nothing.
+  bool torch_logs_events = false;
 };
 
 AUTOGRAD_DEVICE_LOGGING_API DeviceLoggingStatus device_logging_status();
@@ -86,6 +89,8 @@ AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_set_record_activation(
 // _exit); 1 when written.
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_write_process_record(
     void);
+// 1 when the events are torch's own (DeviceLoggingStatus::torch_logs_events).
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_torch_logs_events(void);
 // 1 when LD_PRELOAD named this library as it was loaded, else 0.
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_loaded_by_preload(void);
 // reset_emitted_events_for_testing above, for ctypes.

@@ -83,6 +83,10 @@ const char* autograd_device_logging_library_path(void) {
   return device_logging::detail::library_file().c_str();
 }
 
+int autograd_device_logging_torch_logs_events(void) {
+  return device_logging::detail::kTorchLogsTheEvents ? 1 : 0;
+}
+
 int autograd_device_logging_loaded_by_preload(void) {
   return device_logging::detail::loaded_by_preload() ? 1 : 0;
 }

@@ -85,6 +85,7 @@ DeviceLoggingStatus device_logging_status() {
   }
   status.built_for_torch = detail::built_for_torch();
   status.running_torch = detail::running_torch_version();
+  status.torch_logs_events = detail::kTorchLogsTheEvents;
   return status;
 }
 

@@ -7,11 +7,33 @@
 
 #include <torch/csrc/autograd/device_logging.h>
 
+#include <torch/version.h>
+
 #include <atomic>
 #include <cstdint>
 #include <string>
 
 namespace torch::autograd::device_logging::detail {
+
+// Note [Statistics only where torch logs the events itself]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// From 2.14 on, libtorch's own compute_dependencies emits both events. A
+// build against such a torch still interposes (the per-pass statistics and
+// the per-process record need the hook) but never emits: its events start
+// out done, so that without statistics a pass costs the seam's compare and
+// one call, and with them the census runs and emits nothing. Each event then
+// appears once per process, torch's. Only the overhead benchmark's
+// comparison build (AUTOGRAD_DEVICE_LOGGING_BENCHMARK_ON_NATIVE_TORCH)
+// classifies and emits there, on purpose.
+// clang-format off
+#if (TORCH_VERSION_MAJOR > 2 ||                                  \
+     (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)) && \
+    !defined(AUTOGRAD_DEVICE_LOGGING_BENCHMARK_ON_NATIVE_TORCH)
+constexpr bool kTorchLogsTheEvents = true;
+#else
+constexpr bool kTorchLogsTheEvents = false;
+#endif
+// clang-format on
 
 // Note [Device logging state]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -27,16 +27,6 @@
 #include <cstdint>
 #include <type_traits>
 
-// Upstream PyTorch emits these events itself from 2.14.0 on; interposing
-// there would log every event twice.
-// clang-format off
-#if (TORCH_VERSION_MAJOR > 2 ||                                  \
-     (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)) && \
-    !defined(AUTOGRAD_DEVICE_LOGGING_BENCHMARK_ON_NATIVE_TORCH)
-#error "torch >= 2.14 logs the autograd device events itself; autograd_device_logging is only for earlier releases."
-#endif
-// clang-format on
-
 namespace torch::autograd {
 
 void Engine::compute_dependencies(

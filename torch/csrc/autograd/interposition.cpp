@@ -246,8 +246,8 @@ bool remove_this_library_from_ld_preload() {
 // release may lay them out differently, so anything but the same
 // major.minor.patch disables the classifier; the forwarding to libtorch's
 // own compute_dependencies needs no layout and keeps working. Builds against
-// a torch that logs these events itself are refused at compile time
-// (engine.cpp), and such a torch never matches a supported build here.
+// a torch that logs these events itself keep statistics only
+// (Note [Statistics only where torch logs the events itself]).
 void check_at_load() noexcept {
   try {
     detail::preloaded = remove_this_library_from_ld_preload();
@@ -273,6 +273,11 @@ void check_at_load() noexcept {
           "--no-build-isolation --force-reinstall <autograd_device_logging "
           "source>, or a CMake build with that torch).");
       return;
+    }
+    if (detail::kTorchLogsTheEvents) {
+      // Note [Statistics only where torch logs the events itself]
+      detail::state.fetch_or(
+          detail::kStateAllEventsDone, std::memory_order_relaxed);
     }
     void* first = dlsym(RTLD_DEFAULT, kComputeDependenciesSymbol);
     const std::string first_path = object_path_of(first);
