@@ -135,7 +135,14 @@ class TestLauncher(TestCase):
         self.assertEqual(run_child([*LAUNCHER, path], env_extra=QUIET).returncode, 7)
 
     def test_program_killed_by_sigint_ends_as_under_python(self):
-        path = self.script("sigint.py", "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n")
+        # Python keeps SIGINT ignored when it starts with it ignored (as in
+        # a background job of a non-interactive shell); the script installs
+        # the handler Python installs otherwise.
+        path = self.script(
+            "sigint.py",
+            "import os, signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n",
+        )
         ours = run_child([*LAUNCHER, path], env_extra=QUIET)
         plain = plain_python([path])
         self.assertEqual(plain.returncode, -signal.SIGINT)
