@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/backward_device_classifier.h>
 
+#include <torch/version.h>
+
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Logging.h>
 
@@ -29,8 +31,11 @@ void DelayWarningHandler::process(const c10::Warning& warning) {
 } // namespace utils
 
 // libtorch defines GraphTask's constructor in engine.cpp without exporting
-// it; this definition, local to the test library, initializes the members
-// compute_dependencies and the classifier use the way the engine does.
+// it (from 2.3 on; before, graph_task.h defines it inline); this definition,
+// local to the test library, initializes the members compute_dependencies
+// and the classifier use the way the engine does.
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
 GraphTask::GraphTask(
     bool keep_graph,
     bool /*grad_mode*/,
@@ -45,6 +50,7 @@ GraphTask::GraphTask(
       exit_on_error_(exit_on_error),
       cpu_ready_queue_(std::move(cpu_ready_queue)),
       id_(0) {}
+#endif
 
 namespace device_logging::testing {
 
