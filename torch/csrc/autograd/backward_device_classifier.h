@@ -175,12 +175,6 @@ struct PassDeviceSummary {
     }
     return false;
   }
-
-  // Folds one node into the summary.
-  void add(const Node& node) noexcept {
-    ++nodes_inspected;
-    add_route(route_of(node));
-  }
 };
 
 // Note [Keeping the per-node cost of classification low]

@@ -169,16 +169,6 @@ C10_NOINLINE void log_backward_devices_slow(
 
 } // namespace
 
-c10::DeviceIndex accelerator_device_count(c10::DeviceType type) noexcept {
-  if (runs_on_cpu_ready_queue(type)) {
-    return 0;
-  }
-  const c10::impl::DeviceGuardImplInterface* impl =
-      c10::impl::device_guard_impl_registry[static_cast<size_t>(type)].load(
-          std::memory_order_relaxed);
-  return impl != nullptr ? impl->deviceCount() : 0;
-}
-
 // Note [The per-pass fast path]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // In a process with an accelerator and the statistics off, every pass until

@@ -4,6 +4,7 @@
 // seam (engine.cpp) calls after libtorch's dependency walk: classify the pass
 // and emit the API-usage events it decides (pass_logging.cpp).
 
+#include <torch/csrc/autograd/backward_device_classifier.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/graph_task.h>
 
@@ -25,7 +26,17 @@ constexpr size_t kNumDeviceTypeSlots =
 // registered device guard reports, and 0 for a type without one or one the
 // engine keeps on the CPU ready queue (Note [Skipping processes without
 // accelerators]).
-c10::DeviceIndex accelerator_device_count(c10::DeviceType type) noexcept;
+// Inline: the scan of a CPU-only process calls it for every type, every pass.
+inline c10::DeviceIndex accelerator_device_count(
+    c10::DeviceType type) noexcept {
+  if (runs_on_cpu_ready_queue(type)) {
+    return 0;
+  }
+  const c10::impl::DeviceGuardImplInterface* impl =
+      c10::impl::device_guard_impl_registry[static_cast<size_t>(type)].load(
+          std::memory_order_relaxed);
+  return impl != nullptr ? impl->deviceCount() : 0;
+}
 
 // Classifies the pass whose dependencies were just computed (with
 // `min_topo_nr`, as the walk got it) and emits the API-usage events it
