@@ -96,8 +96,19 @@ void register_device_guard(
   (void)registrar;
 }
 
-// InputMetadata's grad_dtype argument came with newer releases: a call with
-// it where add_input_metadata takes one, without it elsewhere.
+// add_input_metadata's arguments grew over the releases (2.0 lacks
+// `is_nested`, newer ones add `grad_dtype`): a call with what this one takes.
+template <typename N, typename = void>
+struct TakesIsNested : std::false_type {};
+template <typename N>
+struct TakesIsNested<
+    N,
+    std::void_t<decltype(std::declval<N&>().add_input_metadata(
+        std::declval<const at::TensorOptions&>(),
+        std::declval<c10::SymIntArrayRef>(),
+        false,
+        false))>> : std::true_type {};
+
 template <typename N, typename = void>
 struct TakesGradDtype : std::false_type {};
 template <typename N>
@@ -120,12 +131,15 @@ void add_sized_input(N& node, const at::TensorOptions& options) {
         /*is_tensor_subclass=*/false,
         /*is_nested=*/false,
         /*grad_dtype=*/std::nullopt);
-  } else {
+  } else if constexpr (TakesIsNested<N>::value) {
     node.add_input_metadata(
         options,
         c10::SymIntArrayRef(&one, 1),
         /*is_tensor_subclass=*/false,
         /*is_nested=*/false);
+  } else {
+    node.add_input_metadata(
+        options, c10::SymIntArrayRef(&one, 1), /*is_tensor_subclass=*/false);
   }
 }
 

@@ -16,7 +16,10 @@
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#if __has_include(<ATen/detail/PrivateUse1HooksInterface.h>)
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#define AUTOGRAD_TEST_ACCELERATOR_HAS_HOOKS 1
+#endif
 #include <ATen/native/CPUFallback.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -34,6 +37,12 @@ namespace autograd_test_accelerator {
 namespace {
 
 constexpr c10::DeviceType kDeviceType = c10::DeviceType::PrivateUse1;
+
+// The kernels' optional arguments as the operator schemas of this release
+// spell them: c10::optional, its own class before torch 2.4 and
+// std::optional's alias since.
+template <typename T>
+using Optional = c10::optional<T>;
 constexpr c10::DeviceIndex kDeviceCount = 2;
 
 thread_local c10::DeviceIndex current_device = 0;
@@ -99,8 +108,31 @@ void free_host_memory(void* data) {
 }
 
 // Host memory, tagged with the current testaccel device.
+//
+// Note [Allocator members that changed across releases]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// c10::Allocator::allocate() is const in older releases (2.0) and not in
+// newer ones, where copy_data() joined the interface. Both overloads are
+// defined, and neither they nor copy_data() say `override`: whichever the
+// interface declares is overridden, the other is a plain member nobody calls.
+// A pure virtual left unimplemented would still fail to compile, at
+// host_memory_allocator below.
 struct HostMemoryAllocator final : c10::Allocator {
-  c10::DataPtr allocate(size_t nbytes) override {
+  c10::DataPtr allocate(size_t nbytes) {
+    return allocate_host_memory(nbytes);
+  }
+  c10::DataPtr allocate(size_t nbytes) const {
+    return allocate_host_memory(nbytes);
+  }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &free_host_memory;
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const {
+    std::memcpy(dest, src, count);
+  }
+
+ private:
+  static c10::DataPtr allocate_host_memory(size_t nbytes) {
     void* data = nbytes == 0 ? nullptr : c10::alloc_cpu(nbytes);
     return {
         data,
@@ -108,24 +140,33 @@ struct HostMemoryAllocator final : c10::Allocator {
         &free_host_memory,
         c10::Device(kDeviceType, current_device)};
   }
-  c10::DeleterFnPtr raw_deleter() const override {
-    return &free_host_memory;
-  }
-  void copy_data(void* dest, const void* src, std::size_t count)
-      const override {
-    std::memcpy(dest, src, count);
-  }
 };
 
 HostMemoryAllocator host_memory_allocator;
 REGISTER_ALLOCATOR(kDeviceType, &host_memory_allocator);
 
+// Grows a testaccel storage to `newsize` bytes on the device it was
+// allocated on, keeping its contents.
+void resize_bytes(const c10::Storage& storage, size_t newsize) {
+  const c10::DeviceGuard guard(storage.device());
+  c10::DataPtr grown = host_memory_allocator.allocate(newsize);
+  const size_t kept = std::min(newsize, storage.nbytes());
+  if (kept > 0) {
+    std::memcpy(grown.get(), storage.data(), kept);
+  }
+  storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(grown));
+  storage.unsafeGetStorageImpl()->set_nbytes(newsize);
+}
+
+#ifdef AUTOGRAD_TEST_ACCELERATOR_HAS_HOOKS
 // Note [Hooks that only newer releases declare]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // isBuilt(), isAvailable() and isPinnedPtr() joined the hooks interface after
 // torch 2.4. They are defined here without `override`: where the interface
 // declares them, a member of the same signature overrides it all the same;
-// where it does not, they are plain members nobody calls.
+// where it does not, they are plain members nobody calls. Releases before the
+// interface existed (2.0) need none of it: the device guard and the kernels
+// below are all the engine and these tests use.
 struct TestAcceleratorHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const {
     return true;
@@ -161,22 +202,17 @@ struct TestAcceleratorHooks final : at::PrivateUse1HooksInterface {
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize)
       const override {
-    // Storage resizes keep the device the storage was allocated on.
-    const c10::DeviceGuard guard(storage.device());
-    c10::DataPtr grown = host_memory_allocator.allocate(newsize);
-    const size_t kept = std::min(newsize, storage.nbytes());
-    if (kept > 0) {
-      std::memcpy(grown.get(), storage.data(), kept);
-    }
-    storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(grown));
-    storage.unsafeGetStorageImpl()->set_nbytes(newsize);
+    resize_bytes(storage, newsize);
   }
 };
+#endif
 
 const bool registered_backend = [] {
   c10::register_privateuse1_backend("testaccel");
+#ifdef AUTOGRAD_TEST_ACCELERATOR_HAS_HOOKS
   static TestAcceleratorHooks hooks;
   at::RegisterPrivateUse1HooksInterface(&hooks);
+#endif
   return true;
 }();
 
@@ -186,7 +222,7 @@ c10::DispatchKeySet key_set() {
   return c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
 }
 
-c10::Device target_device(std::optional<c10::Device> device) {
+c10::Device target_device(Optional<c10::Device> device) {
   return device.has_value() && device->has_index()
       ? *device
       : c10::Device(kDeviceType, current_device);
@@ -194,11 +230,11 @@ c10::Device target_device(std::optional<c10::Device> device) {
 
 at::Tensor empty_memory_format(
     c10::IntArrayRef size,
-    std::optional<c10::ScalarType> dtype,
-    std::optional<c10::Layout> /*layout*/,
-    std::optional<c10::Device> device,
-    std::optional<bool> /*pin_memory*/,
-    std::optional<c10::MemoryFormat> memory_format) {
+    Optional<c10::ScalarType> dtype,
+    Optional<c10::Layout> /*layout*/,
+    Optional<c10::Device> device,
+    Optional<bool> /*pin_memory*/,
+    Optional<c10::MemoryFormat> memory_format) {
   const c10::DeviceGuard guard(target_device(device));
   return at::detail::empty_generic(
       size,
@@ -211,10 +247,10 @@ at::Tensor empty_memory_format(
 at::Tensor empty_strided(
     c10::IntArrayRef size,
     c10::IntArrayRef stride,
-    std::optional<c10::ScalarType> dtype,
-    std::optional<c10::Layout> /*layout*/,
-    std::optional<c10::Device> device,
-    std::optional<bool> /*pin_memory*/) {
+    Optional<c10::ScalarType> dtype,
+    Optional<c10::Layout> /*layout*/,
+    Optional<c10::Device> device,
+    Optional<bool> /*pin_memory*/) {
   const c10::DeviceGuard guard(target_device(device));
   return at::detail::empty_strided_generic(
       size,
@@ -247,14 +283,14 @@ at::Tensor copy_from(
 const at::Tensor& resize_(
     const at::Tensor& self,
     c10::IntArrayRef size,
-    std::optional<c10::MemoryFormat> memory_format) {
+    Optional<c10::MemoryFormat> memory_format) {
   c10::TensorImpl* impl = self.unsafeGetTensorImpl();
   impl->set_sizes_contiguous(size);
   const size_t needed =
       (impl->storage_offset() + impl->numel()) * self.dtype().itemsize();
   const c10::Storage& storage = impl->unsafe_storage();
   if (needed > storage.nbytes()) {
-    at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(storage, needed);
+    resize_bytes(storage, needed);
   }
   if (memory_format.has_value()) {
     impl->empty_tensor_restride(*memory_format);
@@ -263,7 +299,7 @@ const at::Tensor& resize_(
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  resize_(dst, self.sizes(), std::nullopt);
+  resize_(dst, self.sizes(), c10::nullopt);
   return copy_from(self, dst, false);
 }
 
