@@ -7,9 +7,19 @@ and ships it inside the autograd_device_logging package:
 
 The library finds libtorch at run time relative to itself
 ($ORIGIN/../torch/lib), i.e. the torch of the environment it is installed in.
+
+Note [A wheel names the one torch it was built for]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The library links against one torch release's C++ ABI and is refused by the
+dynamic linker next to any other, so its wheel says so in its metadata: it
+requires exactly that release (torch==X.Y.Z, which any local build of it, such
+as +cu130, satisfies) and its version carries a local tag naming it
+(0.1.0+torch2.4.1). pip then refuses a wheel for another torch, instead of
+installing a library that can only disable itself.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,19 +31,30 @@ from setuptools.command.build_py import build_py
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
+def installed_torch_release():
+    """The installed torch's release, without its local tag (2.4.1+cu121 -> 2.4.1)."""
+    try:
+        import torch
+    except ImportError:
+        sys.exit(
+            "autograd_device_logging builds against the installed torch: "
+            "install torch first and use pip install --no-build-isolation"
+        )
+    return torch.__version__.split("+")[0]
+
+
+def package_version():
+    """The package's __version__, the one place it is written (CMake reads it too)."""
+    with open(os.path.join(ROOT, "python", "autograd_device_logging", "__init__.py")) as f:
+        return re.search(r'^__version__ = "([0-9.]+)"$', f.read(), re.M).group(1)
+
+
 class BuildWithCMake(build_py):
     def run(self):
         super().run()
         # Zero-config activation: site runs this .pth at every interpreter
         # start-up in the environment (python/_autograd_device_logging_hook.py).
         shutil.copy2(os.path.join(ROOT, "python", "autograd_device_logging.pth"), self.build_lib)
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            sys.exit(
-                "autograd_device_logging builds against the installed torch: "
-                "install torch first and use pip install --no-build-isolation"
-            )
         with tempfile.TemporaryDirectory() as build:
             generator = ["-G", "Ninja"] if shutil.which("ninja") else []
             subprocess.check_call(
@@ -72,7 +93,10 @@ class BuildWithCMake(build_py):
 
 
 try:
-    from wheel.bdist_wheel import bdist_wheel
+    try:
+        from setuptools.command.bdist_wheel import bdist_wheel  # setuptools >= 70.1
+    except ImportError:
+        from wheel.bdist_wheel import bdist_wheel
 
     class PlatformWheel(bdist_wheel):
         """The wheel carries a native library: tag it for this platform."""
@@ -85,4 +109,10 @@ try:
 except ImportError:
     cmdclass = {"build_py": BuildWithCMake}
 
-setup(cmdclass=cmdclass)
+# Note [A wheel names the one torch it was built for]
+TORCH_RELEASE = installed_torch_release()
+setup(
+    version=f"{package_version()}+torch{TORCH_RELEASE}",
+    install_requires=[f"torch=={TORCH_RELEASE}"],
+    cmdclass=cmdclass,
+)

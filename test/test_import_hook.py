@@ -65,7 +65,7 @@ class TestImportHook(TestCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.tmp = tempfile.mkdtemp(prefix="adl-import-hook-")
-        proc, cls.wheel = build_wheel(cls.tmp)
+        proc, cls.wheel = build_wheel()
         if cls.wheel is None:
             raise RuntimeError(f"pip wheel failed:\n{proc.stdout}{proc.stderr}")
         cls.python, cls.site = cls.venv_with_wheel("venv")

@@ -4,12 +4,15 @@
 - pip: `pip install --no-build-isolation .` into a fresh venv (which sees the
   already-installed torch through a .pth file, as a venv made with that torch
   would), and a wheel built the same way; then `python -m
-  autograd_device_logging --check` there.
+  autograd_device_logging --check` there. The wheel requires exactly the torch
+  it was built for, and pip refuses it next to another release.
 - CMake: `cmake --install` of the build, then examples/cpp_consumer configured
   with find_package(autograd_device_logging) in a fresh build dir, built and
   run.
 """
 
+import atexit
+import functools
 import glob
 import os
 import shutil
@@ -69,8 +72,41 @@ def fresh_venv(path):
     return python, site
 
 
-def build_wheel(tmp):
-    """pip wheel --no-build-isolation of a copy of the sources; (proc, wheel)."""
+def fake_torch_venv(path, version):
+    """A new venv whose only torch is an installed distribution's metadata
+    claiming `version`: what pip's resolver reads to decide whether a wheel's
+    torch requirement is met, without GBs of another release."""
+    proc = run([sys.executable, "-m", "venv", "--without-pip", path])
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr)
+    python = os.path.join(path, "bin", "python")
+    site = run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+    ).stdout.strip()
+    info = os.path.join(site, f"torch-{version}.dist-info")
+    os.makedirs(info)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
+    with open(os.path.join(info, "INSTALLER"), "w") as f:
+        f.write("pip\n")
+    with open(os.path.join(info, "RECORD"), "w") as f:
+        f.write("")
+    return python
+
+
+def other_release(version):
+    """A torch release other than `version`, of the same 2.x series."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return f"{major}.{minor - 1 if minor > 0 else minor + 1}.0"
+
+
+@functools.lru_cache(maxsize=None)
+def build_wheel():
+    """pip wheel --no-build-isolation of a copy of the sources; (proc, wheel).
+    Built once per test process (the test files that install it share it),
+    into a temporary folder removed at exit."""
+    tmp = tempfile.mkdtemp(prefix="adl-wheel-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     wheels = os.path.join(tmp, "wheels")
     source = copy_of_sources(os.path.join(tmp, "source"))
     proc = run(
@@ -119,7 +155,7 @@ class TestPackaging(TestCase):
         self.assertIn(f"library:          {os.path.join(site, 'autograd_device_logging')}", report)
 
     def test_wheel_built_against_the_installed_torch(self):
-        proc, wheel = build_wheel(self.tmp)
+        proc, wheel = build_wheel()
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertIsNotNone(wheel)
         self.assertNotIn("-none-any", wheel)  # a platform wheel: it carries a .so
@@ -130,6 +166,42 @@ class TestPackaging(TestCase):
         # The library that reported itself active is the wheel's copy, in the
         # fresh venv, not the build tree's.
         self.assertIn(f"library:          {os.path.join(site, 'autograd_device_logging')}", report)
+
+    def test_wheel_requires_exactly_its_torch(self):
+        # Note [A wheel names the one torch it was built for] in setup.py.
+        proc, wheel = build_wheel()
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn(f"+torch{TORCH_VERSION}-", os.path.basename(wheel))
+        wheels = os.path.dirname(wheel)
+
+        def pip_install_into(venv_dir, torch_version):
+            python = fake_torch_venv(os.path.join(self.tmp, venv_dir), torch_version)
+            # The running pip, installing into that venv (it has none of its own).
+            return run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "--python",
+                    python,
+                    "install",
+                    "--no-index",
+                    "--find-links",
+                    wheels,
+                    "--disable-pip-version-check",
+                    "autograd_device_logging",
+                ]
+            )
+
+        # Beside the torch it was built for (any local build of it), pip
+        # installs it...
+        proc = pip_install_into("same", f"{TORCH_VERSION}+cpu")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        # ...and beside another release, pip refuses it, naming the torch it needs.
+        other = other_release(TORCH_VERSION)
+        proc = pip_install_into("other", other)
+        self.assertNotEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn(f"torch=={TORCH_VERSION}", proc.stdout + proc.stderr)
 
     @unittest.skipIf(shutil.which("cmake") is None, "needs cmake")
     def test_cmake_install_and_find_package(self):
