@@ -1,13 +1,15 @@
 """Builds and tests the project against each torch release, one at a time.
 
     python3 tools/torch_matrix.py [--keep] [RELEASE ...]
+    python3 tools/torch_matrix.py --venv RELEASE    # prints that release's venv
 
 For each release (default: the newest patch of every 2.x minor line on PyPI):
 a cached venv with that torch (tools/setup_env.sh), a build of the library,
 its tests and the test accelerator against it (build-torch-RELEASE/), ctest,
-pytest and the demo. It writes a row per release into the torch-matrix
-section of docs/torch-versions.md: build ok, C++ and Python
-passed/skipped/failed, the demo's events, and seconds. A release not run in
+pytest, the demo, and that release's wheel (tools/build_wheels.sh --check).
+It writes a row per release into the torch-matrix section of
+docs/torch-versions.md: build ok, C++ and Python passed/skipped/failed, the
+demo's events, the wheel's --check, and seconds. A release not run in
 this invocation keeps the row an earlier run wrote. Each venv holds several
 GB of CUDA wheels, so the ones this run made are removed unless --keep.
 """
@@ -45,7 +47,7 @@ RELEASES = [
 MARKER = "torch-matrix"
 HEADER = (
     "| torch | build | C++ passed / skipped / failed | Python passed / skipped / failed "
-    "| demo events | seconds |"
+    "| demo events | wheel: --check | seconds |"
 )
 
 
@@ -56,20 +58,21 @@ def numpy_for(release):
 
 
 def venv_for(release, log):
-    requirements = os.path.join(tempfile.mkdtemp(), f"requirements-torch-{release}.txt")
-    with open(requirements, "w") as f:
-        f.write(
-            f"torch=={release}\n{numpy_for(release)}\npytest==8.3.5\nexpecttest==0.3.0\n"
-            "matplotlib==3.9.4\nsetuptools>=70.1\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        requirements = os.path.join(tmp, f"requirements-torch-{release}.txt")
+        with open(requirements, "w") as f:
+            f.write(
+                f"torch=={release}\n{numpy_for(release)}\npytest==8.3.5\nexpecttest==0.3.0\n"
+                "matplotlib==3.9.4\nsetuptools>=70.1\n"
+            )
+        env = dict(os.environ, AUTOGRAD_DEVICE_LOGGING_REQUIREMENTS=requirements)
+        existed = set(os.listdir(cache_dir())) if os.path.isdir(cache_dir()) else set()
+        out = subprocess.run(
+            ["bash", os.path.join(REPO, "tools", "setup_env.sh")],
+            env=env,
+            capture_output=True,
+            text=True,
         )
-    env = dict(os.environ, AUTOGRAD_DEVICE_LOGGING_REQUIREMENTS=requirements)
-    existed = set(os.listdir(cache_dir())) if os.path.isdir(cache_dir()) else set()
-    out = subprocess.run(
-        ["bash", os.path.join(REPO, "tools", "setup_env.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
     log.write(out.stderr)
     if out.returncode != 0:
         return None, False
@@ -97,7 +100,7 @@ def run_release(release, keep, log):
     row = {"torch": release}
     venv, made = venv_for(release, log)
     if venv is None:
-        row.update(build="venv failed (see log)", cpp="-", python="-", demo="-")
+        row.update(build="venv failed (see log)", cpp="-", python="-", demo="-", wheel="-")
         return row, time.monotonic() - start
     python = os.path.join(venv, "bin", "python")
     build = os.path.join(REPO, f"build-torch-{release}")
@@ -115,7 +118,9 @@ def run_release(release, keep, log):
                 (line for line in built.stderr.splitlines() if "error" in line),
                 "see log",
             )
-            row.update(build="FAILED: " + error.strip()[:160], cpp="-", python="-", demo="-")
+            row.update(
+                build="FAILED: " + error.strip()[:160], cpp="-", python="-", demo="-", wheel="-"
+            )
             return row, time.monotonic() - start
         row["build"] = "ok"
         ctest = subprocess.run(
@@ -162,6 +167,15 @@ def run_release(release, keep, log):
             )
         )
         row["demo"] = (", ".join(events) or "none") if demo.returncode == 0 else "FAILED (see log)"
+        wheel = subprocess.run(
+            ["bash", os.path.join(REPO, "tools", "build_wheels.sh"), "--check", "--python", python],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        log.write(wheel.stdout + wheel.stderr)
+        checked = re.search(r"--check: (active: .*)", wheel.stdout)
+        row["wheel"] = checked.group(1) if wheel.returncode == 0 and checked else "FAILED (see log)"
     finally:
         if made and not keep:
             shutil.rmtree(venv, ignore_errors=True)
@@ -175,7 +189,7 @@ def write(rows, output):
     if section:
         for line in section.group(0).splitlines():
             cells = [c.strip() for c in line.strip("|").split("|")]
-            if len(cells) == 6 and cells[0] in RELEASES:
+            if len(cells) == 7 and cells[0] in RELEASES:
                 old[cells[0]] = line
     for release, line in rows.items():
         old[release] = line
@@ -186,13 +200,14 @@ def write(rows, output):
         "Written by `python3 tools/torch_matrix.py`, one row per release, each from the run "
         "that last tested it. Each row: a venv with that torch from PyPI, the library, its "
         "tests and the test accelerator built against it, then ctest, pytest (the whole "
-        "Python suite) and the demo.",
+        "Python suite), the demo, and a wheel (tools/build_wheels.sh) installed into that venv "
+        "and its `--check`.",
         "",
         HEADER,
-        "| --- | --- | ---: | ---: | --- | ---: |",
+        "| --- | --- | ---: | ---: | --- | --- | ---: |",
     ]
     for release in RELEASES:
-        lines.append(old.get(release, f"| {release} | not run yet | - | - | - | - |"))
+        lines.append(old.get(release, f"| {release} | not run yet | - | - | - | - | - |"))
     lines += [
         "",
         f"Last run: {datetime.date.today()} on {platform.machine()}, Python {platform.python_version()}.",
@@ -214,10 +229,23 @@ def main():
     parser.add_argument("--keep", action="store_true", help="keep the venvs this run made")
     parser.add_argument("--output", default=os.path.join(REPO, "docs", "torch-versions.md"))
     parser.add_argument("--log", default=os.path.join(tempfile.gettempdir(), "torch_matrix.log"))
+    parser.add_argument(
+        "--venv",
+        action="store_true",
+        help="only make (or find) the cached venv of the one release given and print its path",
+    )
     args = parser.parse_args()
     unknown = [r for r in args.releases if r not in RELEASES]
     if unknown:
         parser.error(f"not a release this matrix covers: {', '.join(unknown)}")
+    if args.venv:
+        if len(args.releases) != 1 or args.releases == RELEASES:
+            parser.error("--venv takes exactly one release")
+        venv, _ = venv_for(args.releases[0], sys.stderr)
+        if venv is None:
+            return 1
+        print(venv)
+        return 0
     rows = {}
     with open(args.log, "a") as log:
         for release in args.releases:
@@ -225,7 +253,7 @@ def main():
             row, seconds = run_release(release, args.keep, log)
             line = (
                 f"| {row['torch']} | {row['build']} | {row['cpp']} | {row['python']} "
-                f"| {row['demo']} | {seconds:,.0f} |"
+                f"| {row['demo']} | {row['wheel']} | {seconds:,.0f} |"
             )
             print(line, flush=True)
             rows[release] = line
