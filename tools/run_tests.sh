@@ -3,14 +3,17 @@
 # formatting (black, isort), then runs the C++ tests
 # (ctest, one process per test case) and the Python tests (pytest), both
 # again on an ASan+UBSan build, and the concurrent cases on a TSan build
-# (tools/run_sanitizers.sh address, then thread). Last, it checks that the
-# run wrote nothing into the checkout but its build folders (build/,
-# build-address/, build-thread/).
+# (tools/run_sanitizers.sh address, then thread). Then the oldest supported
+# torch release (2.0.1, its cached venv from tools/torch_matrix.py --venv):
+# build, ctest and pytest, no sanitizers, so that the oldest code paths
+# cannot rot. Last, it checks that the run wrote nothing into the checkout but
+# its build folders (build/, build-address/, build-thread/, build-oldest/).
 #
 #   bash tools/run_tests.sh [PYTHON]
 #
 # PYTHON selects another interpreter and its torch.
-# AUTOGRAD_DEVICE_LOGGING_SKIP_SANITIZERS=1 leaves out the sanitized runs.
+# AUTOGRAD_DEVICE_LOGGING_SKIP_SANITIZERS=1 leaves out the sanitized runs,
+# AUTOGRAD_DEVICE_LOGGING_SKIP_OLDEST=1 the oldest release.
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,7 +25,7 @@ export PYTHONDONTWRITEBYTECODE=1
 # less the build folders this script makes. Empty output outside a checkout.
 tree_state() {
   git -C "$repo" status --porcelain --ignored=matching --untracked-files=all 2>/dev/null |
-    grep -vE '^!! build(-address|-thread)?/$' || true
+    grep -vE '^!! build(-address|-thread|-oldest)?/$' || true
 }
 tree_before=$(tree_state)
 
@@ -51,6 +54,21 @@ if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_SANITIZERS:-0}" != 1 ]; then
     echo "== $sanitizer sanitizer build"
     AUTOGRAD_DEVICE_LOGGING_BUILD_DIR= bash "$repo/tools/run_sanitizers.sh" "$sanitizer" "$python" || status=1
   done
+fi
+
+oldest=2.0.1
+if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_OLDEST:-0}" != 1 ]; then
+  echo "== torch $oldest, the oldest supported release: build, C++ and Python tests"
+  if old_venv=$(python3 "$repo/tools/torch_matrix.py" --venv "$oldest") &&
+    old_build=$(AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$repo/build-oldest" \
+      bash "$repo/tools/build.sh" "$old_venv/bin/python"); then
+    (cd "$old_build" && ctest --output-on-failure --parallel "$(nproc)") || status=1
+    AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$old_build" "$old_venv/bin/python" -m pytest -q -rs \
+      -p no:cacheprovider "$repo/test" || status=1
+  else
+    echo "torch $oldest: venv or build failed"
+    status=1
+  fi
 fi
 
 echo "== The checkout is as the tests found it"
