@@ -18,6 +18,7 @@ as +cu130, satisfies) and its version carries a local tag naming it
 installing a library that can only disable itself.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -55,7 +56,11 @@ class BuildWithCMake(build_py):
         # Zero-config activation: site runs this .pth at every interpreter
         # start-up in the environment (python/_autograd_device_logging_hook.py).
         shutil.copy2(os.path.join(ROOT, "python", "autograd_device_logging.pth"), self.build_lib)
-        with tempfile.TemporaryDirectory() as build:
+        # $AUTOGRAD_DEVICE_LOGGING_WHEEL_BUILD_DIR keeps the CMake build
+        # between builds of the same source folder (the tests' pip builds share
+        # one); by default it is a temporary folder.
+        kept = os.environ.get("AUTOGRAD_DEVICE_LOGGING_WHEEL_BUILD_DIR")
+        with contextlib.nullcontext(kept) if kept else tempfile.TemporaryDirectory() as build:
             generator = ["-G", "Ninja"] if shutil.which("ninja") else []
             subprocess.check_call(
                 [

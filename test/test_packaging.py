@@ -40,7 +40,14 @@ def copy_of_sources(dest):
         REPO,
         dest,
         ignore=shutil.ignore_patterns(
-            ".git", "build", "build-*", "*.egg-info", "__pycache__", ".venv", ".whl"
+            ".git",
+            "build",
+            "build-*",
+            "*.egg-info",
+            "__pycache__",
+            ".venv",
+            ".whl",
+            "wheelhouse",
         ),
     )
     return dest
@@ -101,14 +108,23 @@ def other_release(version):
 
 
 @functools.lru_cache(maxsize=None)
-def build_wheel():
-    """pip wheel --no-build-isolation of a copy of the sources; (proc, wheel).
-    Built once per test process (the test files that install it share it),
-    into a temporary folder removed at exit."""
-    tmp = tempfile.mkdtemp(prefix="adl-wheel-")
+def shared_source():
+    """One copy of the sources per test process, and the environment under
+    which every pip build of it keeps one CMake build folder, so that only
+    the first of the tests' pip builds compiles. Both are removed at exit."""
+    tmp = tempfile.mkdtemp(prefix="adl-pip-source-")
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)
-    wheels = os.path.join(tmp, "wheels")
     source = copy_of_sources(os.path.join(tmp, "source"))
+    return source, {"AUTOGRAD_DEVICE_LOGGING_WHEEL_BUILD_DIR": os.path.join(tmp, "cmake-build")}
+
+
+@functools.lru_cache(maxsize=None)
+def build_wheel():
+    """pip wheel --no-build-isolation of the shared copy of the sources;
+    (proc, wheel). Built once per test process (the test files that install
+    it share it)."""
+    source, env = shared_source()
+    wheels = os.path.join(os.path.dirname(source), "wheels")
     proc = run(
         [
             sys.executable,
@@ -121,7 +137,8 @@ def build_wheel():
             "-w",
             wheels,
             source,
-        ]
+        ],
+        env=env,
     )
     found = glob.glob(os.path.join(wheels, "autograd_device_logging-*.whl"))
     return proc, (found[0] if len(found) == 1 else None)
@@ -146,9 +163,10 @@ class TestPackaging(TestCase):
 
     def test_pip_install_into_a_fresh_venv(self):
         python, site = self.fresh_venv()
-        source = copy_of_sources(os.path.join(self.tmp, "source"))
+        source, env = shared_source()
         proc = run(
-            [python, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", source]
+            [python, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", source],
+            env=env,
         )
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         report = self.assert_check_active(python, cwd=self.tmp)
