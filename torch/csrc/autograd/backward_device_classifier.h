@@ -263,6 +263,35 @@ C10_NOINLINE inline SlowFold fold_node_slow(
   return {settled, changed && (summary.events() & wanted) == wanted};
 }
 
+// Note [Folding the root inline]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Every pass folds its root, and a root almost always takes one gradient.
+// Into an empty summary, such a node's fold is a few stores, which
+// fold_root() does inline: the call to fold_node_slow() and its bookkeeping
+// were a fixed part of what every pass pays whatever its size. A root with
+// no input or several goes the general way.
+
+// Folds the root, the first node of every pass, into the empty `summary`.
+C10_ALWAYS_INLINE SettledDevices
+fold_root(PassDeviceSummary& summary, const Node& root, uint8_t wanted) noexcept {
+  if (root.num_inputs() != 1) {
+    return fold_node_slow(summary, SettledDevices{}, root, wanted).settled;
+  }
+  const c10::Device device = input_device(root, 0);
+  SettledDevices settled;
+  if (runs_on_cpu_ready_queue(device.type())) {
+    summary.has_cpu_node = true;
+    if (device.type() == c10::DeviceType::CPU) {
+      settled.cpu = device_key(device);
+    }
+  } else {
+    summary.first_accelerator = device;
+    summary.has_accelerator = true;
+    settled.accelerator = device_key(device);
+  }
+  return settled;
+}
+
 // The fast path: a node whose one input is on a settled device changes
 // nothing.
 C10_ALWAYS_INLINE bool is_settled(
@@ -289,7 +318,7 @@ C10_ALWAYS_INLINE uint64_t fold_pass_nodes(
   const uint64_t root_read = root != nullptr ? 1 : 0;
   // One node routes to one queue, so the root alone decides no event.
   if (root != nullptr) {
-    settled = fold_node_slow(summary, settled, *root, wanted).settled;
+    settled = fold_root(summary, *root, wanted);
   }
   uint64_t skipped = 0;
   const auto begin = nodes.begin();
