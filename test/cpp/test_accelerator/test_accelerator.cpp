@@ -161,12 +161,13 @@ void resize_bytes(const c10::Storage& storage, size_t newsize) {
 #ifdef AUTOGRAD_TEST_ACCELERATOR_HAS_HOOKS
 // Note [Hooks that only newer releases declare]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// isBuilt(), isAvailable() and isPinnedPtr() joined the hooks interface after
-// torch 2.4. They are defined here without `override`: where the interface
-// declares them, a member of the same signature overrides it all the same;
-// where it does not, they are plain members nobody calls. Releases before the
-// interface existed (2.0) need none of it: the device guard and the kernels
-// below are all the engine and these tests use.
+// The hooks interface grew over the releases: 2.1 and 2.2 lack
+// hasPrimaryContext(), and isBuilt(), isAvailable() and isPinnedPtr() came
+// after 2.4. So no member here says `override`: where the
+// interface declares one, a member of the same signature overrides it all the
+// same; where it does not, it is a plain member nobody calls. Releases before
+// the interface existed (2.0) need none of it: the device guard and the
+// kernels below are all the engine and these tests use.
 struct TestAcceleratorHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const {
     return true;
@@ -174,34 +175,34 @@ struct TestAcceleratorHooks final : at::PrivateUse1HooksInterface {
   bool isAvailable() const {
     return true;
   }
-  bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override {
+  bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const {
     return true;
   }
-  c10::DeviceIndex deviceCount() const override {
+  c10::DeviceIndex deviceCount() const {
     return kDeviceCount;
   }
-  c10::DeviceIndex getCurrentDevice() const override {
+  c10::DeviceIndex getCurrentDevice() const {
     return current_device;
   }
-  void setCurrentDevice(c10::DeviceIndex device) const override {
+  void setCurrentDevice(c10::DeviceIndex device) const {
     current_device = device;
   }
-  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const {
     const c10::DeviceIndex previous = current_device;
     current_device = device;
     return previous;
   }
-  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override {
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const {
     return exchangeDevice(device);
   }
   bool isPinnedPtr(const void* /*data*/) const {
     return false;
   }
-  at::Device getDeviceFromPtr(void* /*data*/) const override {
+  at::Device getDeviceFromPtr(void* /*data*/) const {
     return c10::Device(kDeviceType, current_device);
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize)
-      const override {
+      const {
     resize_bytes(storage, newsize);
   }
 };
