@@ -26,6 +26,7 @@ from test_autograd_device_logging import (  # noqa: E402
     PACKAGE_ROOT,
     WITH_TEST_ACCELERATOR,
     require_built,
+    skip_where_torch_logs_events,
 )
 
 MULTIDEVICE = "torch.autograd.multidevice_backward"
@@ -115,6 +116,7 @@ class TestFleetReport(TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         return json.loads(proc.stdout)
 
+    @skip_where_torch_logs_events
     def test_concurrent_processes_are_counted_exactly(self):
         plan = [
             ("train-a", BOTH_EVENTS, "1"),
@@ -247,6 +249,7 @@ class TestFleetReport(TestCase):
         self.assertEqual(jobs[run]["processes"], 2)
         self.assertEqual(jobs[run]["ranks"], 2)
 
+    @skip_where_torch_logs_events
     def test_cpp_program_writes_a_record(self):
         program = os.path.join(BUILD_DIR, "test", "test_autograd_device_logging_end_to_end")
         require_built(self, program)

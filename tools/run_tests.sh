@@ -61,6 +61,7 @@ if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_OLDEST:-0}" != 1 ]; then
   echo "== torch $oldest, the oldest supported release: build, C++ and Python tests"
   if old_venv=$(python3 "$repo/tools/torch_matrix.py" --venv "$oldest") &&
     old_build=$(AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$repo/build-oldest" \
+      AUTOGRAD_DEVICE_LOGGING_CMAKE_ARGS=-DAUTOGRAD_DEVICE_LOGGING_BUILD_BENCHMARKS=OFF \
       bash "$repo/tools/build.sh" "$old_venv/bin/python"); then
     (cd "$old_build" && ctest --output-on-failure --parallel "$(nproc)") || status=1
     AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$old_build" "$old_venv/bin/python" -m pytest -q -rs \
