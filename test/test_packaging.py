@@ -61,17 +61,23 @@ def run(cmd, **kwargs):
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, **kwargs)
 
 
-def fresh_venv(path):
-    """A new venv at `path` that sees the torch (and build tools) of the
-    environment running the tests through a .pth file, as a venv made with
-    that torch would. Returns (python, site-packages)."""
-    proc = run([sys.executable, "-m", "venv", path])
+def new_venv(path, *options):
+    """python -m venv; returns (python, site-packages) of the new venv."""
+    proc = run([sys.executable, "-m", "venv", *options, path])
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr)
     python = os.path.join(path, "bin", "python")
     site = run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
     ).stdout.strip()
+    return python, site
+
+
+def fresh_venv(path):
+    """A new venv at `path` that sees the torch (and build tools) of the
+    environment running the tests through a .pth file, as a venv made with
+    that torch would. Returns (python, site-packages)."""
+    python, site = new_venv(path)
     with open(os.path.join(site, "installed_torch.pth"), "w") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")
     # Let the build use that environment's setuptools, not the venv's seed.
@@ -83,13 +89,7 @@ def fake_torch_venv(path, version):
     """A new venv whose only torch is an installed distribution's metadata
     claiming `version`: what pip's resolver reads to decide whether a wheel's
     torch requirement is met, without GBs of another release."""
-    proc = run([sys.executable, "-m", "venv", "--without-pip", path])
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr)
-    python = os.path.join(path, "bin", "python")
-    site = run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
-    ).stdout.strip()
+    python, site = new_venv(path, "--without-pip")
     info = os.path.join(site, f"torch-{version}.dist-info")
     os.makedirs(info)
     with open(os.path.join(info, "METADATA"), "w") as f:
