@@ -23,7 +23,9 @@ releases=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --check) check=1 ;;
-    --python) pythons+=("$2"); shift ;;
+    --python)
+      [ $# -ge 2 ] || { echo "build_wheels.sh: --python needs an interpreter" >&2; exit 2; }
+      pythons+=("$2"); shift ;;
     -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "build_wheels.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) releases+=("$1") ;;
@@ -49,6 +51,7 @@ trap 'rm -rf "$source"' EXIT
 
 status=0
 for python in "${pythons[@]}"; do
+  report=""
   release=$("$python" -c 'import torch; print(torch.__version__.split("+")[0])') ||
     { echo "$python: cannot import torch"; status=1; continue; }
   out="$wheelhouse/torch-$release"
@@ -71,7 +74,7 @@ for python in "${pythons[@]}"; do
       line+=" | --check FAILED"
       status=1
     fi
-    [ -n "${report:-}" ] && echo "$report" >&2
+    [ -n "$report" ] && echo "$report" >&2
     "$python" -m pip uninstall -q -y autograd_device_logging >&2
   fi
   echo "$line"
