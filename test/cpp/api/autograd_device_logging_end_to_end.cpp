@@ -320,8 +320,7 @@ TEST(DeviceStats, AreOffByDefault) {
   } else {
     // The hook did classify these passes; it only counted none of them.
     EXPECT_GT(device_logging_status().nodes_inspected, 0u);
-    EXPECT_EQ(
-        device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+    EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
   }
 }
 

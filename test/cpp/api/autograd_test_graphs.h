@@ -100,11 +100,10 @@ c10::Device lazy();
 // does. They skip, saying so. The classifier's own unit tests, the
 // statistics and the forwarding still run, and the Python suite checks that
 // each event appears once, torch's.
-#define SKIP_WHERE_TORCH_LOGS_THE_EVENTS()                                \
-  do {                                                                    \
-    if (::torch::autograd::device_logging::detail::kTorchLogsTheEvents) { \
-      GTEST_SKIP() << "torch >= 2.14 logs the events itself: this build " \
+#define SKIP_WHERE_TORCH_LOGS_THE_EVENTS()                                 \
+  do {                                                                     \
+    if (::torch::autograd::device_logging::detail::kTorchLogsTheEvents) {  \
+      GTEST_SKIP() << "torch >= 2.14 logs the events itself: this build "  \
                       "emits none and classifies only for the statistics"; \
-    }                                                                     \
+    }                                                                      \
   } while (false)
-

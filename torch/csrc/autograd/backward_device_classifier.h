@@ -272,8 +272,10 @@ C10_NOINLINE inline SlowFold fold_node_slow(
 // no input or several goes the general way.
 
 // Folds the root, the first node of every pass, into the empty `summary`.
-C10_ALWAYS_INLINE SettledDevices
-fold_root(PassDeviceSummary& summary, const Node& root, uint8_t wanted) noexcept {
+C10_ALWAYS_INLINE SettledDevices fold_root(
+    PassDeviceSummary& summary,
+    const Node& root,
+    uint8_t wanted) noexcept {
   if (root.num_inputs() != 1) {
     return fold_node_slow(summary, SettledDevices{}, root, wanted).settled;
   }
