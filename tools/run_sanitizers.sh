@@ -24,6 +24,11 @@ if [ -z "$python" ]; then
 fi
 export AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=${AUTOGRAD_DEVICE_LOGGING_BUILD_DIR:-$repo/build-$sanitizer}
 export AUTOGRAD_DEVICE_LOGGING_CMAKE_ARGS="-DAUTOGRAD_DEVICE_LOGGING_SANITIZER=$sanitizer"
+if [ "$sanitizer" = thread ]; then
+  # The concurrent cases all live in the end-to-end test (and what it links):
+  # building the other tests would cost minutes for cases TSan never runs.
+  export AUTOGRAD_DEVICE_LOGGING_TARGETS=test_autograd_device_logging_end_to_end
+fi
 build=$(bash "$repo/tools/build.sh" "$python")
 supp=$repo/test/sanitizers
 
@@ -47,5 +52,6 @@ else
   echo "== Concurrent C++ test cases under TSan"
   (cd "$build" &&
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp" \
-    ctest --output-on-failure --parallel "$(nproc)" -R 'SixteenThreads|Concurrent')
+    ctest --output-on-failure --no-tests=error --parallel "$(nproc)" \
+      -R 'SixteenThreads|Concurrent')
 fi
