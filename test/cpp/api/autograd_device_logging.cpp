@@ -230,10 +230,10 @@ TEST(ClassifyBackwardPass, RootInTheSetIsReadAgainWithTheSameDecision) {
   auto other = make_node({cpu()});
   const std::vector<const Node*> without_root = {other.get()};
   const std::vector<const Node*> with_root = {other.get(), root.get()};
-  const auto a =
-      classify_backward_pass(root.get(), without_root, kMultiDeviceBackward);
+  const auto a = classify_backward_pass(
+      root.get(), without_root, kAllBackwardDeviceEvents);
   const auto b =
-      classify_backward_pass(root.get(), with_root, kMultiDeviceBackward);
+      classify_backward_pass(root.get(), with_root, kAllBackwardDeviceEvents);
   EXPECT_EQ(a.nodes_inspected, 2u);
   EXPECT_EQ(b.nodes_inspected, 3u);
   EXPECT_EQ(a.events(), kGpuCpuBackward);

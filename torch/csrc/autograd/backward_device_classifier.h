@@ -129,7 +129,9 @@ inline std::optional<c10::Device> routed_device(const Node& node) noexcept {
   return route.device; // the CPU for NodeQueue::kCpu
 }
 
-// What a backward pass's nodes have shown so far. Holds no container: two
+// What a backward pass's nodes have shown so far, as far as it matters to
+// the events wanted (a classifier may skip nodes that cannot change those;
+// its events() are exact only under that mask). Holds no container: two
 // distinct accelerators already decide "two or more", so the first one seen
 // and a flag for any other are all the multi-device question needs.
 struct PassDeviceSummary {
@@ -210,8 +212,9 @@ struct PassDeviceSummary {
 // next link of the hash set's list and its test (3 instructions), the node
 // pointer (1), num_inputs compared with 1 (2), the metadata array and the
 // input's device (2), and one compare and branch per settled device tried
-// (2 each): 10 instructions for a node on the device compared first (GCC
-// puts the CPU there), 12 for one on the accelerator. A partial pass adds
+// (2 each): 10 instructions for a node on the device compared first (in
+// the settled prefix of a full pass GCC puts the root's device there), 12
+// for one on the other. A partial pass adds
 // topological_nr(), which is a load, a compare and the store of has_parent_
 // that this accessor does, and a counter of the nodes it skips.
 
@@ -263,37 +266,6 @@ C10_NOINLINE inline SlowFold fold_node_slow(
   return {settled, changed && (summary.events() & wanted) == wanted};
 }
 
-// Note [Folding the root inline]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Every pass folds its root, and a root almost always takes one gradient.
-// Into an empty summary, such a node's fold is a few stores, which
-// fold_root() does inline: the call to fold_node_slow() and its bookkeeping
-// were a fixed part of what every pass pays whatever its size. A root with
-// no input or several goes the general way.
-
-// Folds the root, the first node of every pass, into the empty `summary`.
-C10_ALWAYS_INLINE SettledDevices fold_root(
-    PassDeviceSummary& summary,
-    const Node& root,
-    uint8_t wanted) noexcept {
-  if (root.num_inputs() != 1) {
-    return fold_node_slow(summary, SettledDevices{}, root, wanted).settled;
-  }
-  const c10::Device device = input_device(root, 0);
-  SettledDevices settled;
-  if (runs_on_cpu_ready_queue(device.type())) {
-    summary.has_cpu_node = true;
-    if (device.type() == c10::DeviceType::CPU) {
-      settled.cpu = device_key(device);
-    }
-  } else {
-    summary.first_accelerator = device;
-    summary.has_accelerator = true;
-    settled.accelerator = device_key(device);
-  }
-  return settled;
-}
-
 // The fast path: a node whose one input is on a settled device changes
 // nothing.
 C10_ALWAYS_INLINE bool is_settled(
@@ -306,26 +278,125 @@ C10_ALWAYS_INLINE bool is_settled(
   return key == settled.cpu || key == settled.accelerator;
 }
 
-// Folds `root` and the nodes of `nodes` that belong to the pass into
-// `summary` until every event in `wanted` is decided; returns how many nodes
-// it read (Note [The settled-device fast path]).
+// Note [A pass that stays on its root's device]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// In a process with an accelerator, almost every pass until the events fired
+// stays on one device (the CPU-only passes that keep the multi-device
+// question open, every pass of a one-GPU-per-process job): after its root,
+// every node is settled, and the root alone decides no event. So a pass is
+// read in two parts. read_settled_prefix() needs no summary: a node whose
+// one input is on the root's device is routed as the root is, so it takes
+// the root's device as settled and skips nodes until one is not settled. It
+// calls nothing, so its values stay in caller-saved registers, and a caller
+// that finds the whole pass settled is done, with no stack frame, no summary
+// in memory and no decision to make (Note [The per-pass fast path]). Only at
+// the first node that is not settled does classify_after_prefix() take over,
+// out of the hot path: it folds the root and then reads on from that node,
+// folding as before. A root that does not take exactly one gradient leaves
+// the prefix empty.
+//
+// Before this split the hot loop shared a function with the out-of-line
+// folds, so every pass paid for that function's frame and for a summary kept
+// in memory, which was most of its per-pass constant (docs/performance.md
+// has the figures).
+//
+// Once the GPU-CPU event fired, a node on the CPU can no longer change an
+// event that is still wanted, so the CPU counts as settled from the start:
+// a one-accelerator pass with CPU leaves then stays in the first part too.
+
+// The devices settled before any node is read: the CPU (as CPU tensors name
+// it, with no index) when no wanted event depends on CPU-routed nodes.
+inline SettledDevices settled_before_reading(uint8_t wanted) noexcept {
+  SettledDevices settled;
+  if (!(wanted & kGpuCpuBackward)) {
+    settled.cpu = device_key(c10::Device(c10::DeviceType::CPU));
+  }
+  return settled;
+}
+
+// How far read_settled_prefix() got. With `whole_pass`, every node was
+// settled, so the pass's summary is its root's alone; otherwise `stop` is
+// the first node not known to be settled (the range's begin for a root that
+// does not take exactly one gradient). `skipped` counts the nodes below
+// min_topo_nr passed before `stop`.
+template <typename NodeIterator>
+struct SettledPrefix {
+  SettledDevices settled;
+  NodeIterator stop;
+  uint64_t skipped = 0;
+  bool whole_pass = false;
+};
+
+// Takes the device of `root` as settled and skips the nodes of `nodes` that
+// cannot change the summary (Note [A pass that stays on its root's device]).
 template <bool kSkipBelowMinTopoNr, typename NodeRange>
-C10_ALWAYS_INLINE uint64_t fold_pass_nodes(
-    PassDeviceSummary& summary,
+C10_ALWAYS_INLINE SettledPrefix<typename NodeRange::const_iterator>
+read_settled_prefix(
     const Node* root,
     const NodeRange& nodes,
     uint8_t wanted,
     uint64_t min_topo_nr) noexcept {
-  SettledDevices settled;
-  const uint64_t root_read = root != nullptr ? 1 : 0;
-  // One node routes to one queue, so the root alone decides no event.
+  SettledPrefix<typename NodeRange::const_iterator> prefix;
+  prefix.settled = settled_before_reading(wanted);
+  auto it = nodes.begin();
   if (root != nullptr) {
-    settled = fold_root(summary, *root, wanted);
+    if (root->num_inputs() != 1) {
+      prefix.stop = it;
+      return prefix;
+    }
+    // The root's device, whatever its type, in the accelerator's slot (a
+    // CPU root then fills both slots' roles; either match skips the node).
+    prefix.settled.accelerator = device_key(input_device(*root, 0));
   }
-  uint64_t skipped = 0;
+  const auto end = nodes.end();
+  for (; it != end; ++it) {
+    const Node* node = *it;
+    if constexpr (kSkipBelowMinTopoNr) {
+      if (node->topological_nr() < min_topo_nr) {
+        ++prefix.skipped;
+        continue;
+      }
+    }
+    if (!is_settled(*node, prefix.settled)) {
+      break;
+    }
+  }
+  prefix.stop = it;
+  prefix.whole_pass = it == end;
+  return prefix;
+}
+
+// The nodes a pass read to its end reads: the root and every node of
+// `nodes` at or above min_topo_nr.
+template <typename NodeRange>
+C10_ALWAYS_INLINE uint64_t nodes_in_pass(
+    const Node* root,
+    const NodeRange& nodes,
+    uint64_t skipped) noexcept {
+  return (root != nullptr ? 1 : 0) + static_cast<uint64_t>(nodes.size()) -
+      skipped;
+}
+
+// Classifies the pass whose settled prefix ends at `stop`, a node that is
+// not settled: folds `root`, then every node from `stop` on until
+// every event in `wanted` is decided. `skipped` is the prefix's count of
+// nodes below min_topo_nr.
+template <bool kSkipBelowMinTopoNr, typename NodeRange>
+PassDeviceSummary classify_after_prefix(
+    const Node* root,
+    const NodeRange& nodes,
+    typename NodeRange::const_iterator stop,
+    uint64_t skipped,
+    uint8_t wanted,
+    uint64_t min_topo_nr) noexcept {
+  PassDeviceSummary summary;
+  SettledDevices settled = settled_before_reading(wanted);
+  if (root != nullptr) {
+    settled = fold_node_slow(summary, settled, *root, wanted).settled;
+  }
   const auto begin = nodes.begin();
   const auto end = nodes.end();
-  for (auto it = begin; it != end; ++it) {
+  for (auto it = stop; it != end; ++it) {
     const Node* node = *it;
     if constexpr (kSkipBelowMinTopoNr) {
       if (node->topological_nr() < min_topo_nr) {
@@ -341,7 +412,7 @@ C10_ALWAYS_INLINE uint64_t fold_pass_nodes(
     if (folded.decided) {
       // Stopping early happens about once per event per process: counting
       // the nodes read walks them again.
-      uint64_t read = root_read + 1;
+      uint64_t read = (root != nullptr ? 1 : 0) + 1;
       for (auto counted = begin; counted != it; ++counted) {
         if constexpr (kSkipBelowMinTopoNr) {
           read += (*counted)->topological_nr() >= min_topo_nr;
@@ -349,10 +420,35 @@ C10_ALWAYS_INLINE uint64_t fold_pass_nodes(
           ++read;
         }
       }
-      return read;
+      summary.nodes_inspected = read;
+      return summary;
     }
   }
-  return root_read + static_cast<uint64_t>(nodes.size()) - skipped;
+  summary.nodes_inspected = nodes_in_pass(root, nodes, skipped);
+  return summary;
+}
+
+// Folds `root` and the nodes of `nodes` that belong to the pass into an
+// empty summary until every event in `wanted` is decided; the summary
+// counts the nodes read (Note [The settled-device fast path]).
+template <bool kSkipBelowMinTopoNr, typename NodeRange>
+C10_ALWAYS_INLINE PassDeviceSummary fold_pass_nodes(
+    const Node* root,
+    const NodeRange& nodes,
+    uint8_t wanted,
+    uint64_t min_topo_nr) noexcept {
+  const auto prefix = read_settled_prefix<kSkipBelowMinTopoNr>(
+      root, nodes, wanted, min_topo_nr);
+  if (!prefix.whole_pass) {
+    return classify_after_prefix<kSkipBelowMinTopoNr>(
+        root, nodes, prefix.stop, prefix.skipped, wanted, min_topo_nr);
+  }
+  PassDeviceSummary summary;
+  if (root != nullptr) {
+    fold_node_slow(summary, SettledDevices{}, *root, wanted);
+  }
+  summary.nodes_inspected = nodes_in_pass(root, nodes, prefix.skipped);
+  return summary;
 }
 
 } // namespace detail
@@ -361,24 +457,22 @@ C10_ALWAYS_INLINE uint64_t fold_pass_nodes(
 // dependency walk visited) whose topological_nr is at least `min_topo_nr`
 // (Note [Nodes below min_topo_nr are not part of the pass]). Only the events
 // in `wanted` matter: reading stops as soon as every one of them is decided
-// to be true. Whether an event holds never depends on the order of `nodes`;
-// only how many nodes were read before stopping does.
+// to be true, and the result's events() are exact under `wanted` only.
+// Whether an event holds never depends on the order of `nodes`; only how many
+// nodes were read before stopping does.
 template <typename NodeRange>
 C10_ALWAYS_INLINE PassDeviceSummary classify_backward_pass(
     const Node* root,
     const NodeRange& nodes,
     uint8_t wanted,
     uint64_t min_topo_nr = 0) noexcept {
-  PassDeviceSummary summary;
   wanted &= kAllBackwardDeviceEvents;
   if (wanted == kNoBackwardDeviceEvent) {
-    return summary;
+    return PassDeviceSummary{};
   }
-  summary.nodes_inspected = min_topo_nr == 0
-      ? detail::fold_pass_nodes<false>(summary, root, nodes, wanted, 0)
-      : detail::fold_pass_nodes<true>(
-            summary, root, nodes, wanted, min_topo_nr);
-  return summary;
+  return min_topo_nr == 0
+      ? detail::fold_pass_nodes<false>(root, nodes, wanted, 0)
+      : detail::fold_pass_nodes<true>(root, nodes, wanted, min_topo_nr);
 }
 
 // Device classes of a backward pass, for the opt-in per-pass statistics.

@@ -79,43 +79,12 @@ void disable_after(const char* what) noexcept {
   detail::disable(std::string("classifying a backward pass failed") + what);
 }
 
-// Classifies a pass in a process with an accelerator and emits the events of
-// `pending` it decides; with `stats`, reads the whole pass for the
-// statistics as well. Never throws: any failure disables the library.
-C10_ALWAYS_INLINE void classify_and_emit(
-    const Node* root,
-    const GraphTask& task,
-    uint64_t min_topo_nr,
-    uint8_t pending,
-    bool stats,
-    bool fault_injected) noexcept {
+// Runs `fn`; any exception it throws disables the library instead of
+// reaching the engine.
+template <typename Fn>
+void or_disable(const Fn& fn) noexcept {
   try {
-    detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
-    if (C10_UNLIKELY(fault_injected)) {
-      if (const ClassifierFaultForTesting fault =
-              classifier_fault_for_testing.load(std::memory_order_relaxed)) {
-        fault();
-      }
-    }
-    uint8_t decided = kNoBackwardDeviceEvent;
-    if (stats) {
-      const PassDeviceCensus census =
-          census_backward_pass(root, task.nodes_in_graph_, min_topo_nr);
-      detail::nodes_inspected.fetch_add(
-          census.nodes_inspected, std::memory_order_relaxed);
-      detail::record_backward_pass(
-          census.device_class(), census.num_accelerators);
-      decided = census.events() & pending;
-    } else {
-      const PassDeviceSummary summary = classify_backward_pass(
-          root, task.nodes_in_graph_, pending, min_topo_nr);
-      detail::nodes_inspected.fetch_add(
-          summary.nodes_inspected, std::memory_order_relaxed);
-      decided = summary.events() & pending;
-    }
-    if (decided != kNoBackwardDeviceEvent) {
-      emit(decided);
-    }
+    fn();
   } catch (const c10::Error& e) {
     // Without the C++ backtrace that what() appends: one line is enough.
     disable_after((std::string(": ") + e.what_without_backtrace()).c_str());
@@ -124,6 +93,64 @@ C10_ALWAYS_INLINE void classify_and_emit(
   } catch (...) {
     disable_after(".");
   }
+}
+
+// Emits the events in `decided`, out of the per-pass path: it runs about
+// once per event per process.
+C10_NOINLINE void emit_or_disable(uint8_t decided) noexcept {
+  or_disable([decided] { emit(decided); });
+}
+
+// Counts the nodes a classified pass read and emits the events of `pending`
+// it decided. The classifier cannot throw (it is noexcept), so only emitting
+// is guarded.
+C10_ALWAYS_INLINE void count_and_emit(
+    const PassDeviceSummary& summary,
+    uint8_t pending) noexcept {
+  detail::nodes_inspected.fetch_add(
+      summary.nodes_inspected, std::memory_order_relaxed);
+  const uint8_t decided = summary.events() & pending;
+  if (decided != kNoBackwardDeviceEvent) {
+    emit_or_disable(decided);
+  }
+}
+
+// A pass off the fast path in a process with an accelerator: with `stats`,
+// reads the whole pass for the statistics as well; runs a test's injected
+// fault first. Never throws: any failure disables the library.
+void classify_off_the_fast_path(
+    const Node* root,
+    const GraphTask& task,
+    uint64_t min_topo_nr,
+    uint8_t pending,
+    bool stats,
+    bool fault_injected) noexcept {
+  detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
+  or_disable([&] {
+    if (C10_UNLIKELY(fault_injected)) {
+      if (const ClassifierFaultForTesting fault =
+              classifier_fault_for_testing.load(std::memory_order_relaxed)) {
+        fault();
+      }
+    }
+    if (!stats) {
+      count_and_emit(
+          classify_backward_pass(
+              root, task.nodes_in_graph_, pending, min_topo_nr),
+          pending);
+      return;
+    }
+    const PassDeviceCensus census =
+        census_backward_pass(root, task.nodes_in_graph_, min_topo_nr);
+    detail::nodes_inspected.fetch_add(
+        census.nodes_inspected, std::memory_order_relaxed);
+    detail::record_backward_pass(
+        census.device_class(), census.num_accelerators);
+    const uint8_t decided = census.events() & pending;
+    if (decided != kNoBackwardDeviceEvent) {
+      emit(decided);
+    }
+  });
 }
 
 // Every pass that is not the common one (Note [The per-pass fast path]): the
@@ -158,7 +185,7 @@ C10_NOINLINE void log_backward_devices_slow(
                   detail::kStateAcceleratorSeen, std::memory_order_relaxed) |
         detail::kStateAcceleratorSeen;
   }
-  classify_and_emit(
+  classify_off_the_fast_path(
       root,
       task,
       min_topo_nr,
@@ -169,16 +196,64 @@ C10_NOINLINE void log_backward_devices_slow(
 
 } // namespace
 
+namespace {
+
+using NodeSet = decltype(GraphTask::nodes_in_graph_);
+
+// The rest of a fast-path pass whose settled prefix ended at `stop`, out of
+// line (Note [A pass that stays on its root's device]): classifies it and
+// emits the events of `pending` it decides.
+template <bool kSkipBelowMinTopoNr>
+C10_NOINLINE void classify_after_prefix_and_emit(
+    const Node* root,
+    const GraphTask& task,
+    uint64_t min_topo_nr,
+    uint8_t pending,
+    NodeSet::const_iterator stop,
+    uint64_t skipped) noexcept {
+  count_and_emit(
+      detail::classify_after_prefix<kSkipBelowMinTopoNr>(
+          root, task.nodes_in_graph_, stop, skipped, pending, min_topo_nr),
+      pending);
+}
+
+// A fast-path pass: one whose settled prefix is the whole pass is done here,
+// with a frameless loop; any other hands over where the prefix stopped.
+template <bool kSkipBelowMinTopoNr>
+C10_ALWAYS_INLINE void classify_on_the_fast_path(
+    const Node* root,
+    const GraphTask& task,
+    uint64_t min_topo_nr,
+    uint8_t pending) noexcept {
+  const NodeSet& nodes = task.nodes_in_graph_;
+  const auto prefix = detail::read_settled_prefix<kSkipBelowMinTopoNr>(
+      root, nodes, pending, min_topo_nr);
+  if (C10_UNLIKELY(!prefix.whole_pass)) {
+    classify_after_prefix_and_emit<kSkipBelowMinTopoNr>(
+        root, task, min_topo_nr, pending, prefix.stop, prefix.skipped);
+    return;
+  }
+  // The root alone decides no event, and nothing after it changed the
+  // summary.
+  detail::nodes_inspected.fetch_add(
+      detail::nodes_in_pass(root, nodes, prefix.skipped),
+      std::memory_order_relaxed);
+}
+
+} // namespace
+
 // Note [The per-pass fast path]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // In a process with an accelerator and the statistics off, every pass until
 // both events fired takes the same way: one load of the state word, one
 // compare under a mask, and the classifier. Everything else (marking that
 // the hook ran, the accelerator scan, the statistics, a disabled library, a
-// test's injected fault)
-// sits behind that one compare in a function of its own, so that the common
-// pass pays for none of it; this is what keeps a 10-node pass under
-// upstream's own per-pass cost.
+// test's injected fault) sits behind that one compare in a function of its
+// own, and a pass that leaves its root's device continues in another (Note
+// [A pass that stays on its root's device]). Every call this function makes
+// is a tail call, so the common pass (one device) runs with no stack frame
+// at all; this is what keeps a 10-node pass under upstream's own per-pass
+// cost.
 void log_backward_devices(
     const Node* root,
     const GraphTask& task,
@@ -193,13 +268,13 @@ void log_backward_devices(
     log_backward_devices_slow(root, task, min_topo_nr, current);
     return;
   }
-  classify_and_emit(
-      root,
-      task,
-      min_topo_nr,
-      kAllBackwardDeviceEvents & ~current,
-      /*stats=*/false,
-      /*fault_injected=*/false);
+  detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
+  const uint8_t pending = kAllBackwardDeviceEvents & ~current;
+  if (min_topo_nr == 0) {
+    classify_on_the_fast_path<false>(root, task, 0, pending);
+  } else {
+    classify_on_the_fast_path<true>(root, task, min_topo_nr, pending);
+  }
 }
 
 void set_classifier_fault_for_testing(
