@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
 #include <type_traits>
 #include <unordered_set>
 #include <utility>
@@ -98,40 +99,31 @@ void register_device_guard(
 
 // add_input_metadata's arguments grew over the releases (2.0 lacks
 // `is_nested`, newer ones add `grad_dtype`): a call with what this one takes.
-template <typename N, typename = void>
-struct TakesIsNested : std::false_type {};
-template <typename N>
-struct TakesIsNested<
+template <typename N, typename Args, typename = void>
+struct TakesMetadataArgs : std::false_type {};
+template <typename N, typename... Args>
+struct TakesMetadataArgs<
     N,
+    std::tuple<Args...>,
     std::void_t<decltype(std::declval<N&>().add_input_metadata(
-        std::declval<const at::TensorOptions&>(),
-        std::declval<c10::SymIntArrayRef>(),
-        false,
-        false))>> : std::true_type {};
+        std::declval<Args>()...))>> : std::true_type {};
 
-template <typename N, typename = void>
-struct TakesGradDtype : std::false_type {};
-template <typename N>
-struct TakesGradDtype<
-    N,
-    std::void_t<decltype(std::declval<N&>().add_input_metadata(
-        std::declval<const at::TensorOptions&>(),
-        std::declval<c10::SymIntArrayRef>(),
-        false,
-        false,
-        std::nullopt))>> : std::true_type {};
+// (options, sizes, is_tensor_subclass, is_nested[, grad_dtype])
+template <typename... More>
+using MetadataArgs = std::
+    tuple<const at::TensorOptions&, c10::SymIntArrayRef, bool, bool, More...>;
 
 template <typename N>
 void add_sized_input(N& node, const at::TensorOptions& options) {
   const c10::SymInt one(1);
-  if constexpr (TakesGradDtype<N>::value) {
+  if constexpr (TakesMetadataArgs<N, MetadataArgs<std::nullopt_t>>::value) {
     node.add_input_metadata(
         options,
         c10::SymIntArrayRef(&one, 1),
         /*is_tensor_subclass=*/false,
         /*is_nested=*/false,
         /*grad_dtype=*/std::nullopt);
-  } else if constexpr (TakesIsNested<N>::value) {
+  } else if constexpr (TakesMetadataArgs<N, MetadataArgs<>>::value) {
     node.add_input_metadata(
         options,
         c10::SymIntArrayRef(&one, 1),
