@@ -194,10 +194,6 @@ C10_NOINLINE void log_backward_devices_slow(
       current & detail::kStateFaultForTesting);
 }
 
-} // namespace
-
-namespace {
-
 using NodeSet = decltype(GraphTask::nodes_in_graph_);
 
 // The rest of a fast-path pass whose settled prefix ended at `stop`, out of
