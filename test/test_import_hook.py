@@ -29,6 +29,7 @@ from test_autograd_device_logging import (  # noqa: E402
     autograd_events,
     skip_where_torch_logs_events,
 )
+from test_exported_symbols import OTHER_RUNTIME_LIBRARY  # noqa: E402
 from test_packaging import build_wheel, fresh_venv  # noqa: E402
 
 # An unmodified training step on the test accelerator: torch first, and
@@ -123,6 +124,26 @@ class TestImportHook(TestCase):
         self.assertEqual(sorted(autograd_events(proc.stderr)), sorted(EVENTS))
         self.assertEqual(report["ACTIVATED"], "on torch import")
         self.assertEqual(report["COPIES"], "1")
+        self.assertEqual(self.warnings_in(proc), [])
+
+    def test_another_cxx_runtime_loaded_first(self):
+        # Note [One C++ runtime per process] (cmake/library_linking.cmake):
+        # a library exporting its own static libstdc++ is loaded globally,
+        # then numpy, then torch (with this package through the .pth) and the
+        # torch.ao.quantization import that crashed when the library
+        # exported libstdc++ too. Both runtimes keep working.
+        self.assertTrue(os.path.exists(OTHER_RUNTIME_LIBRARY), "build the project first (README)")
+        script = (
+            "import ctypes, os\n"
+            f"other = ctypes.CDLL({OTHER_RUNTIME_LIBRARY!r}, mode=os.RTLD_GLOBAL | os.RTLD_NOW)\n"
+            "import numpy\n" + TORCH_FIRST_SCRIPT + "import torch.ao.quantization\n"
+            "assert other.adl_other_cxx_runtime_round_trip(42) == 42\n"
+            "assert numpy.asarray(torch.ones(3)).sum() == 3\n" + REPORT
+        )
+        proc = self.run_python(["-c", script])
+        report = self.report_of(proc)
+        self.assertEqual(sorted(autograd_events(proc.stderr)), sorted(EVENTS))
+        self.assertEqual(report["ACTIVATED"], "on torch import")
         self.assertEqual(self.warnings_in(proc), [])
 
     def test_check_says_how_it_was_activated(self):

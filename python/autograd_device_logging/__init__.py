@@ -67,6 +67,21 @@ def _already_loaded() -> Optional[ctypes.CDLL]:
         return None
 
 
+# Note [Loaded into the global scope]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The library is loaded with RTLD_GLOBAL, as LD_PRELOAD and a program linked
+# with it would have it: the interposition then rests on one rule for every
+# way the library comes in (the global lookup order, which its load-time
+# check reads with dlsym(RTLD_DEFAULT)). RTLD_LOCAL would also bind libtorch
+# to it here, but only because libtorch_cpu, loaded as the library's own
+# dependency, is relocated in the local scope of that dlopen: a subtler rule,
+# which no release in the matrix has been run under. The global scope is safe
+# now that the library exports its API and nothing else (Note [The library
+# exports its API and nothing else], cmake/library_linking.cmake): it adds
+# Engine::compute_dependencies, which it means to, and names of its own that
+# nothing else defines. Before that, a static-libstdc++ build loaded this way
+# put its copy of the C++ runtime ahead of the process's, and crashed
+# `import torch` after numpy.
 def _load(path: str) -> ctypes.CDLL:
     global _activation
     lib = _already_loaded()
