@@ -10,6 +10,12 @@
 # --parity-only builds only what the upstream-parity replay needs and runs only
 # test/test_upstream_parity.py (the recorded corpus on the test accelerator
 # and on cuda:0/cuda:1); with --record it has its own section.
+# --wheel-only builds and installs only the wheel, as a user would with this
+# machine's default compiler ($CXX), and runs what its first step runs too:
+# the library's exported symbols, then `import numpy; import torch` and a
+# pytest file that imports torch, in a fresh venv whose .pth activates the
+# library (Note [One C++ runtime per process]); with --record it has its own
+# section.
 # --record FILE writes this run's section (date, torch version, GPUs, command,
 # counts, events) into FILE, replacing an earlier section for the same number
 # of GPUs. docs/gpu-verification.md is made this way.
@@ -21,11 +27,13 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 python=${PYTHON:-python3}
 record=""
 parity_only=0
+wheel_only=0
 while [ $# -gt 0 ]; do
   case $1 in
     --record) record=${2:?--record needs a file}; shift 2 ;;
     --parity-only) parity_only=1; shift ;;
-    *) echo "usage: bash tools/gpu_check.sh [--record FILE] [--parity-only]" >&2; exit 2 ;;
+    --wheel-only) wheel_only=1; shift ;;
+    *) echo "usage: bash tools/gpu_check.sh [--record FILE] [--parity-only | --wheel-only]" >&2; exit 2 ;;
   esac
 done
 build=${AUTOGRAD_DEVICE_LOGGING_BUILD_DIR:-$repo/build-gpu}
@@ -88,9 +96,82 @@ if [ $parity_only = 1 ]; then
   exit $pytest_rc
 fi
 
+# The wheel as a user builds and installs it: pip, the default compiler, a
+# venv that sees this machine's torch, the .pth active. Sets wheel_rc and
+# the wheel_* lines the record holds.
+check_installed_wheel() {
+  local src="$work/wheel-source" venv="$work/wheel-venv" lib
+  mkdir -p "$src"
+  tar -C "$repo" --exclude=./.git --exclude='./build*' --exclude='*.egg-info' -cf - . | tar -C "$src" -xf -
+  wheel_compiler="${CXX:-c++} ($("${CXX:-c++}" --version | head -1))"
+  echo "== wheel: pip wheel --no-build-isolation with $wheel_compiler"
+  wheel_rc=1
+  if ! "$python" -m pip wheel -q --no-build-isolation --no-deps -w "$work/dist" "$src" > "$work/wheel.log" 2>&1; then
+    tail -30 "$work/wheel.log"; wheel_summary="pip wheel failed"; return
+  fi
+  "$python" -m venv "$venv" && "$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+    > "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/installed_torch.pth"
+  "$venv/bin/python" -m pip install -q --no-deps "$work"/dist/*.whl || { wheel_summary="pip install failed"; return; }
+  lib=$(ls "$venv"/lib/python*/site-packages/autograd_device_logging/libautograd_device_logging.so)
+  wheel_exports=$(nm -DC --defined-only "$lib" | wc -l)
+  wheel_needs=$(objdump -p "$lib" | awk '/NEEDED/ { print $2 }' | tr '\n' ' ')
+  echo "exported symbols: $wheel_exports; needs: $wheel_needs"
+  nm -DC --defined-only "$lib" | awk '{ $1 = ""; $2 = ""; print substr($0, 3) }' > "$work/wheel-exports.txt"
+  cat "$work/wheel-exports.txt"
+  echo "== import numpy; import torch, torch.ao.quantization (the .pth active)"
+  "$venv/bin/python" -c 'import numpy; import torch, torch.ao.quantization, sys
+x = torch.ones(2, requires_grad=True)
+(x * 2).sum().backward()
+s = sys.modules["autograd_device_logging"].status()
+assert s.active and s.activated_by == "on torch import", s
+print("import and backward: ok,", s.activated_by)' > "$work/import.log" 2>&1
+  local import_rc=$?
+  cat "$work/import.log"
+  import_line="import numpy; import torch: exit $import_rc ($(tail -1 "$work/import.log"))"
+  printf 'import torch\n\ndef test_backward():\n    x = torch.ones(2, requires_grad=True)\n    (x * 2).sum().backward()\n    assert x.grad.tolist() == [2.0, 2.0]\n' > "$work/test_imports_torch.py"
+  echo "== pytest on a file that imports torch (plugins: $("$venv/bin/python" -m pytest --version 2>&1 | tail -1))"
+  (cd "$work" && "$venv/bin/python" -m pytest -q -p no:cacheprovider test_imports_torch.py) > "$work/pytest-one.log" 2>&1
+  local pytest_one_rc=$?
+  tail -3 "$work/pytest-one.log"
+  pytest_one_line="pytest on a file that imports torch: exit $pytest_one_rc ($(grep -E "passed|failed|error" "$work/pytest-one.log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//'))"
+  wheel_summary="$wheel_exports exported symbols; needs $wheel_needs"
+  [ $import_rc -eq 0 ] && [ $pytest_one_rc -eq 0 ] && wheel_rc=0
+}
+
+if [ $wheel_only = 1 ]; then
+  check_installed_wheel
+  if [ -n "$record" ]; then
+    section="$work/section.md"
+    {
+      echo "<!-- gpu-check-wheel: $gpus GPU -->"
+      echo "## The installed wheel, $gpus GPU(s): ${gpu_names:-none}"
+      echo
+      echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+      echo "- torch: $torch_version, python: $("$python" -c 'import sys; print(sys.version.split()[0])')"
+      echo "- compiler: $wheel_compiler, the machine's default"
+      echo "- command: \`bash tools/gpu_check.sh --wheel-only --record docs/gpu-verification.md\`"
+      echo "- library: $wheel_summary"
+      echo "- ${import_line:-import not run}"
+      echo "- ${pytest_one_line:-pytest not run}"
+      echo
+      echo "Exported symbols (\`nm -DC --defined-only\`):"
+      echo
+      echo '```'
+      cat "$work/wheel-exports.txt" 2>/dev/null
+      echo '```'
+      echo "<!-- /gpu-check-wheel: $gpus GPU -->"
+    } > "$section"
+    replace_section "gpu-check-wheel: $gpus GPU" "$section"
+    echo "recorded in $record"
+  fi
+  exit $wheel_rc
+fi
+
 if ! bash "$repo/tools/build.sh" "$python" > "$work/build.log" 2>&1; then
   tail -50 "$work/build.log"; echo "build failed"; exit 1
 fi
+
+check_installed_wheel
 
 echo "== C++ tests (ctest)"
 (cd "$build" && ctest --output-on-failure --parallel "$(nproc)") > "$work/ctest.log" 2>&1
@@ -151,6 +232,7 @@ echo "== Summary"
 echo "C++: ${ctest_passed} passed, ${ctest_failed:-?} failed, ${ctest_skipped} skipped (of ${ctest_total:-?})"
 echo "Python: ${pytest_summary:-no summary}"
 echo "demo: exit $demo_rc"
+echo "wheel: $wheel_summary; ${import_line:-}; ${pytest_one_line:-}"
 
 if [ -n "$record" ]; then
   section="$work/section.md"
@@ -166,6 +248,7 @@ if [ -n "$record" ]; then
     echo "- C++ (ctest, one process per case): ${ctest_passed} passed, ${ctest_failed:-?} failed, ${ctest_skipped} skipped, of ${ctest_total:-?}"
     echo "- Python (pytest): ${pytest_summary:-no summary}"
     echo "- $parity_line (PASSED means all of them gave torch 2.14.1's and 2.15.0's own events)"
+    echo "- the wheel, built by pip with $wheel_compiler and installed in a fresh venv (the .pth active): $wheel_summary; ${import_line:-import not run}; ${pytest_one_line:-pytest not run}"
     echo
     echo "Skipped cases and reasons:"
     echo
@@ -183,4 +266,4 @@ if [ -n "$record" ]; then
   replace_section "gpu-check: $gpus GPU" "$section"
   echo "recorded in $record"
 fi
-[ $ctest_rc -eq 0 ] && [ $pytest_rc -eq 0 ] && [ $demo_rc -eq 0 ]
+[ $ctest_rc -eq 0 ] && [ $pytest_rc -eq 0 ] && [ $demo_rc -eq 0 ] && [ $wheel_rc -eq 0 ]
