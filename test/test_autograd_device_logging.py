@@ -26,6 +26,16 @@ LIBRARY = os.path.join(PACKAGE_ROOT, "autograd_device_logging", "libautograd_dev
 OTHER_TORCH_LIBRARY = os.path.join(
     BUILD_DIR, "test", "for_other_torch", "libautograd_device_logging.so"
 )
+# Builds of the same release that were told another torch build made them
+# (test/CMakeLists.txt): another commit and version, the other string ABI.
+OTHER_BUILD_LIBRARY = os.path.join(
+    BUILD_DIR, "test", "for_other_build", "libautograd_device_logging.so"
+)
+OTHER_ABI_LIBRARY = os.path.join(
+    BUILD_DIR, "test", "for_other_abi", "libautograd_device_logging.so"
+)
+RUNNING_ABI = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+ABI_NAMES = {0: "pre-C++11 string ABI", 1: "C++11 string ABI"}
 # A build that looks for a compute_dependencies libtorch does not define.
 WITHOUT_DEFINITION_LIBRARY = os.path.join(
     BUILD_DIR, "test", "without_libtorch_definition", "libautograd_device_logging.so"
@@ -368,6 +378,40 @@ class TestAutogradDeviceLogging(TestCase):
         self.assertEqual(check.returncode, 1)
         self.assertIn("active:           no", check.stdout)
         self.assertIn("built for torch 0.0.0", check.stdout)
+
+    def assert_other_build_disables_itself(self, library, line):
+        # Note [A build runs only on the torch build it was made for]: the
+        # same release, another build of it; one line naming both, and
+        # gradients unchanged.
+        require_built(self, library)
+        stock, _ = self.saved_grads("stock", with_package=False, with_status=False)
+        other, result = self.saved_grads(
+            "other",
+            prologue="import autograd_device_logging\n",
+            env_extra={"AUTOGRAD_DEVICE_LOGGING_LIBRARY": library},
+        )
+        self.assert_same_grads(stock, other)
+        self.assertIn(line, result.status["disabled_reason"])
+        self.assertEqual(result.stderr.count("autograd_device_logging is disabled"), 1)
+        self.assertIn(line, result.stderr)
+
+    def test_library_built_for_another_build_of_this_release_disables_itself(self):
+        release = torch.__version__.split("+")[0]
+        self.assert_other_build_disables_itself(
+            OTHER_BUILD_LIBRARY,
+            f"it was built for torch {release}a0+deadbeef (commit deadbeef, {ABI_NAMES[RUNNING_ABI]}) "
+            f"but this process runs torch {torch.__version__} (commit "
+            f"{torch.version.git_version[:12]}, {ABI_NAMES[RUNNING_ABI]}), another build of the "
+            "same release.",
+        )
+
+    def test_library_built_for_the_other_string_abi_disables_itself(self):
+        self.assert_other_build_disables_itself(
+            OTHER_ABI_LIBRARY,
+            f", {ABI_NAMES[1 - RUNNING_ABI]}) but this process runs torch {torch.__version__} "
+            f"(commit {torch.version.git_version[:12]}, {ABI_NAMES[RUNNING_ABI]}), another "
+            "build of the same release.",
+        )
 
 
 TEST_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -11,22 +11,9 @@
 #include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/environment_flags.h>
 #include <torch/csrc/autograd/process_record.h>
+#include <torch/csrc/autograd/torch_build_identity.h>
 
 #include <torch/version.h>
-
-// Note [Where the running torch's version is read]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// libtorch records its version among its build options, which
-// caffe2::GetBuildOptions() returns as a map. Releases whose wheels do not
-// ship <caffe2/core/common.h> (2.4 among them) still print the same options
-// in at::show_config(), a public API of every 2.x release, as
-// "TORCH_VERSION=x.y.z"; the header decides which one is read.
-#if __has_include(<caffe2/core/common.h>)
-#include <caffe2/core/common.h>
-#define AUTOGRAD_DEVICE_LOGGING_HAS_BUILD_OPTIONS
-#else
-#include <ATen/Version.h>
-#endif
 
 #include <dlfcn.h>
 
@@ -34,6 +21,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+// The identity of the torch build this library is compiled against, beyond
+// its release: CMake reads it from that installation (CMakeLists.txt).
+#ifndef AUTOGRAD_DEVICE_LOGGING_TORCH_BUILD_VERSION
+#error \
+    "CMake defines AUTOGRAD_DEVICE_LOGGING_TORCH_BUILD_VERSION, _COMMIT and _CXX11_ABI"
+#endif
 
 #ifdef AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH_OVERRIDE
 // Test builds pretend to be built for another torch to exercise the mismatch
@@ -71,6 +65,27 @@ const char* built_for_torch() noexcept {
   return AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH;
 }
 
+// Test builds override parts of the identity, as they do the release.
+TorchBuildIdentity built_for_torch_identity() {
+  TorchBuildIdentity identity;
+  identity.release = AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH;
+#ifdef AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_TORCH_OVERRIDE
+  identity.version = identity.release;
+#else
+  identity.version = AUTOGRAD_DEVICE_LOGGING_TORCH_BUILD_VERSION;
+  identity.commit = AUTOGRAD_DEVICE_LOGGING_TORCH_BUILD_COMMIT;
+#endif
+  identity.cxx11_abi = AUTOGRAD_DEVICE_LOGGING_TORCH_BUILD_CXX11_ABI;
+#ifdef AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_BUILD_OVERRIDE
+  identity.version = AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_BUILD_OVERRIDE;
+  identity.commit = AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_COMMIT_OVERRIDE;
+#endif
+#ifdef AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_CXX11_ABI_OVERRIDE
+  identity.cxx11_abi = AUTOGRAD_DEVICE_LOGGING_BUILT_FOR_CXX11_ABI_OVERRIDE;
+#endif
+  return identity;
+}
+
 // Note [Strings the exit handlers read are leaked]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The per-process record is written by an atexit handler, registered before
@@ -82,29 +97,7 @@ const char* built_for_torch() noexcept {
 // process.
 const std::string& running_torch_version() noexcept {
   static const std::string* const version =
-      new std::string([]() -> std::string {
-        try {
-#ifdef AUTOGRAD_DEVICE_LOGGING_HAS_BUILD_OPTIONS
-          const auto& options = caffe2::GetBuildOptions();
-          const auto it = options.find("TORCH_VERSION");
-          if (it == options.end()) {
-            return {};
-          }
-          const std::string& full = it->second;
-#else
-          constexpr const char* kKey = "TORCH_VERSION=";
-          const std::string config = at::show_config();
-          const size_t at = config.find(kKey);
-          if (at == std::string::npos) {
-            return {};
-          }
-          const std::string full = config.substr(at + std::strlen(kKey));
-#endif
-          return full.substr(0, full.find_first_not_of("0123456789."));
-        } catch (...) {
-          return {};
-        }
-      }());
+      new std::string(running_torch_identity(/*libtorch_cpu_path=*/"").release);
   return *version;
 }
 
@@ -145,6 +138,12 @@ const std::string& this_library_path() {
   return *path;
 }
 
+// The file of the libtorch_cpu this library runs with.
+std::string libtorch_cpu_path() {
+  return object_path_of(
+      reinterpret_cast<const void*>(&Engine::get_default_engine));
+}
+
 } // namespace
 
 const std::string& detail::library_file() noexcept {
@@ -166,8 +165,7 @@ ComputeDependenciesFn resolve_libtorch_compute_dependencies() noexcept {
   if (next != nullptr && object_path_of(next) != this_library_path()) {
     return reinterpret_cast<ComputeDependenciesFn>(next);
   }
-  const std::string libtorch_cpu = object_path_of(
-      reinterpret_cast<const void*>(&Engine::get_default_engine));
+  const std::string libtorch_cpu = libtorch_cpu_path();
   if (libtorch_cpu.empty()) {
     return nullptr;
   }
@@ -242,12 +240,13 @@ bool remove_this_library_from_ld_preload() {
 // Note [Which libtorch this library may inspect]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The classifier reads GraphTask::nodes_in_graph_ and Node's input metadata
-// through the layouts of the headers it was compiled with. Another libtorch
-// release may lay them out differently, so anything but the same
-// major.minor.patch disables the classifier; the forwarding to libtorch's
-// own compute_dependencies needs no layout and keeps working. Builds against
-// a torch that logs these events itself keep statistics only
-// (Note [Statistics only where torch logs the events itself]).
+// through the layouts of the headers it was compiled with. Another build of
+// torch may lay them out differently, so anything but the build it was made
+// for disables the classifier (Note [A build runs only on the torch build it
+// was made for], torch_build_identity.h); the forwarding to libtorch's own
+// compute_dependencies needs no layout and keeps working. Builds against a
+// torch that logs these events itself keep statistics only (Note [Statistics
+// only where torch logs the events itself]).
 void check_at_load() noexcept {
   try {
     detail::preloaded = remove_this_library_from_ld_preload();
@@ -263,13 +262,13 @@ void check_at_load() noexcept {
           "found.");
       return;
     }
-    const std::string built = detail::built_for_torch();
-    const std::string& running = detail::running_torch_version();
-    if (running != built) {
+    const std::string mismatch = detail::build_mismatch(
+        detail::built_for_torch_identity(),
+        detail::running_torch_identity(libtorch_cpu_path()));
+    if (!mismatch.empty()) {
       detail::disable(
-          "it was built for torch " + built + " but this process runs torch " +
-          (running.empty() ? std::string("of unknown version") : running) +
-          ". Rebuild it against the installed torch (pip install "
+          mismatch +
+          " Rebuild it against the installed torch (pip install "
           "--no-build-isolation --force-reinstall <autograd_device_logging "
           "source>, or a CMake build with that torch).");
       return;
