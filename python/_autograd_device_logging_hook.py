@@ -7,14 +7,16 @@ is one line: unless AUTOGRAD_DEVICE_LOGGING is an off value (0, false, no,
 off), the interpreter is isolated (python -I) or torch is already imported,
 it puts a finder named LoadBeforeTorch at the front of sys.meta_path. The
 finder finds nothing; at the first lookup of torch it imports this module
-and calls load_before_torch(), which removes the finder and imports
-autograd_device_logging: the library is loaded with RTLD_GLOBAL before
-torch's extension module binds Engine::compute_dependencies. Importing a
-module from the .pth itself would cost every Python process in the
-environment about 2 ms at start-up (a site-packages lookup and an unmarshal,
-measured with python -X importtime); the line costs a few hundredths of
-that (docs/startup.md). python -S does not run site, so nothing is installed.
-Nothing here raises into `import torch`: a failure is one warning.
+and calls load_before_torch(), which removes the finder and, unless the
+switch has an off value by then (the program may set it itself before
+importing torch), imports autograd_device_logging: the library is loaded
+with RTLD_GLOBAL before torch's extension module binds
+Engine::compute_dependencies. Importing a module from the .pth itself would
+cost every Python process in the environment a site-packages lookup and an
+unmarshal at start-up, whether it imports torch or not; the one line costs
+less (docs/startup.md measures what it costs a process that never imports
+torch). python -S does not run site, so nothing is installed. Nothing here
+raises into `import torch`: a failure is one warning.
 """
 
 import os
@@ -54,6 +56,10 @@ def load_before_torch():
         sys.meta_path.remove(finder)
     try:
         value = os.environ.get(ENV, "")
+        if value.lower() in _OFF:
+            # The program turned the switch off itself, after start-up and
+            # before importing torch: that is an off value, not a bad one.
+            return None
         if value and value.lower() not in _ON:
             _warn(
                 f"ignoring {ENV}={value}: use 1, true, yes or on, or 0, false, no or off "

@@ -274,6 +274,7 @@ class TestEnvironmentSwitches(TestCase):
             ("on", True),
             ("0", False),
             ("false", False),
+            ("FALSE", False),
             ("No", False),
             ("OFF", False),
             ("", False),
@@ -293,6 +294,7 @@ class TestEnvironmentSwitches(TestCase):
             self.assertEqual(len(lines), 1, result.stderr)
             self.assertIn(f"ignoring PYTORCH_AUTOGRAD_DEVICE_STATS={value}:", lines[0])
             self.assertIn("use 1, true, yes or on, or 0, false, no or off", lines[0])
+            self.assertIn("using the default, off.", lines[0])
 
 
 if __name__ == "__main__":

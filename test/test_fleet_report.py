@@ -249,6 +249,77 @@ class TestFleetReport(TestCase):
         self.assertEqual(jobs[run]["processes"], 2)
         self.assertEqual(jobs[run]["ranks"], 2)
 
+    def test_launcher_report_reaches_the_ranks_torchrun_starts(self):
+        # The launcher as torchrun's parent: its --report DIR must reach the
+        # ranks, which load the library through their own import of the
+        # package (the launcher's variable, not LD_PRELOAD).
+        script = os.path.join(self.tmp.name, "ranks.py")
+        with open(script, "w") as f:
+            f.write(
+                "import autograd_device_logging, torch\n"
+                "x = torch.ones(2, requires_grad=True)\n"
+                "(x * 2).sum().backward()\n"
+            )
+        env = child_env(self.dir)
+        del env["AUTOGRAD_DEVICE_LOGGING_REPORT_DIR"]
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "autograd_device_logging",
+                "--report",
+                self.dir,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=2",
+                script,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        ranks = sorted(r["rank"] for r in self.records() if r["rank"] is not None)
+        self.assertEqual(ranks, [0, 1])
+
+    @skip_where_torch_logs_events
+    def test_record_counts_every_classified_pass(self):
+        # Five passes on one device raise no event, so each is classified,
+        # the first off the fast path (the hook's first run) and the rest on
+        # it (Note [The per-pass fast path]).
+        code = (
+            "a = torch.ones(4).to(d0).detach().requires_grad_()\n"
+            "for _ in range(5):\n"
+            "    (a * 2).sum().backward()\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", WITH_TEST_ACCELERATOR + code + WRITE_AND_EXIT],
+            env=child_env(self.dir),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        (record,) = self.records()
+        self.assertEqual(record["events"], [])
+        self.assertEqual(record["passes_classified"], 5)
+
+    def test_torch_column_is_the_running_release(self):
+        report = fleet_report_module()
+        record = {
+            "schema": 1,
+            "job": "j",
+            "pid": 1,
+            "rank": None,
+            "events": [],
+            "torch": {"built_for": "2.12.1", "running": "2.13.0"},
+        }
+        summary = report.summarize([record])
+        self.assertEqual(summary["j"]["torch"], ["2.13.0"])
+        self.assertIn("2.13.0", report.format_table(summary, {}))
+
     @skip_where_torch_logs_events
     def test_cpp_program_writes_a_record(self):
         program = os.path.join(BUILD_DIR, "test", "test_autograd_device_logging_end_to_end")

@@ -26,6 +26,7 @@ from test_autograd_device_logging import (  # noqa: E402
     BUILD_DIR,
     EVENTS,
     LIBRARY,
+    TORCH_LOGS_EVENTS,
     autograd_events,
     skip_where_torch_logs_events,
 )
@@ -254,6 +255,28 @@ class TestImportHook(TestCase):
         lines = self.warnings_in(proc)
         self.assertEqual(len(lines), 1, proc.stderr)
         self.assertIn("ignoring AUTOGRAD_DEVICE_LOGGING=maybe", lines[0])
+
+    def test_on_values_in_any_case_load_with_no_warning(self):
+        for value in ("1", "TRUE", "Yes", "on"):
+            proc = self.run_python(
+                ["-c", TORCH_FIRST_SCRIPT + REPORT], env_extra={"AUTOGRAD_DEVICE_LOGGING": value}
+            )
+            report = self.report_of(proc)
+            self.assertEqual(report["ACTIVATED"], "on torch import", value)
+            self.assertEqual(report["COPIES"], "1", value)
+            self.assertEqual(self.warnings_in(proc), [], value)
+
+    def test_off_value_set_by_the_program_before_torch(self):
+        # The switch is unset at start-up, so the .pth installs the finder;
+        # the program then turns it off before importing torch.
+        script = 'import os\nos.environ["AUTOGRAD_DEVICE_LOGGING"] = "Off"\n'
+        proc = self.run_python(["-c", script + TORCH_FIRST_SCRIPT + REPORT])
+        report = self.report_of(proc)
+        self.assertEqual(report["COPIES"], "0")
+        self.assertEqual(report["PACKAGE"], "False")
+        self.assertEqual(self.warnings_in(proc), [])
+        if not TORCH_LOGS_EVENTS:
+            self.assertEqual(autograd_events(proc.stderr), [])
 
     def test_no_site_and_isolated_mean_not_loaded_and_no_error(self):
         # -S skips site, and with it site-packages and their .pth files: the

@@ -3,8 +3,11 @@
 This package is imported (loading the library) before the program can import
 torch. The program runs as under plain `python`: sys.argv, __main__ and
 sys.path[0] are the program's, and its own exceptions keep their traceback
-and exit code. Nothing is put into the environment, so child processes
-(compilers started by torch.compile, for example) do not inherit the library.
+and exit code. The library is not put into the environment (no LD_PRELOAD),
+so child processes (compilers started by torch.compile, for example) do not
+inherit it. --report DIR alone sets one variable,
+AUTOGRAD_DEVICE_LOGGING_REPORT_DIR, so that the children that load the
+library (the ranks torchrun starts, for example) write records too.
 """
 
 import argparse
