@@ -123,7 +123,7 @@ check_installed_wheel() {
 x = torch.ones(2, requires_grad=True)
 (x * 2).sum().backward()
 s = sys.modules["autograd_device_logging"].status()
-assert s.active and s.activated_by == "on torch import", s
+assert s.active and not s.disabled_reason and s.activated_by == "on torch import", s
 print("import and backward: ok,", s.activated_by)' > "$work/import.log" 2>&1
   local import_rc=$?
   cat "$work/import.log"

@@ -60,8 +60,10 @@ def main():
     def q(values, fraction):
         return sorted(values)[int(fraction * (len(values) - 1))]
 
-    med = {k: statistics.median(v) for k, v in times.items()}
-    ratio = med["with"] / med["without"]
+    # The verdict follows from the figures as written: the medians rounded to
+    # the table's 0.01 ms, and their ratio to four places.
+    med = {k: round(statistics.median(v), 2) for k, v in times.items()}
+    ratio = round(med["with"] / med["without"], 4)
     lines = [
         "# Interpreter start-up with the import hook",
         "",
@@ -84,7 +86,7 @@ def main():
         )
     lines += [
         "",
-        f"Ratio of medians, with / without: {ratio:.3f} "
+        f"Ratio of medians, with / without: {med['with']:.2f} / {med['without']:.2f} = {ratio:.4f} "
         f"({med['with'] - med['without']:+.2f} ms); target at most 1.05: "
         + ("met" if ratio <= 1.05 else "MISSED")
         + ".",
