@@ -39,7 +39,7 @@ def main():
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="adl-startup-")
     try:
-        proc, wheel = build_wheel(tmp)
+        proc, wheel = build_wheel()
         if wheel is None:
             sys.exit(f"pip wheel failed:\n{proc.stdout}{proc.stderr}")
         with_hook, site = fresh_venv(os.path.join(tmp, "with"))
