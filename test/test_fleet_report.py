@@ -6,14 +6,18 @@ Processes write their records into a shared directory
 `python -m autograd_device_logging report DIR` sums them up per job.
 """
 
+import collections
 import importlib.util
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
 
+import jsonschema
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 TEST_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -26,9 +30,11 @@ from test_autograd_device_logging import (  # noqa: E402
     PACKAGE_ROOT,
     WITH_TEST_ACCELERATOR,
     require_built,
-    skip_where_torch_logs_events,
 )
 
+RECORD_SCHEMA_PATH = os.path.join(os.path.dirname(TEST_DIR), "schema", "process_record.schema.json")
+with open(RECORD_SCHEMA_PATH) as _f:
+    RECORD_SCHEMA = json.load(_f)
 MULTIDEVICE = "torch.autograd.multidevice_backward"
 GPU_CPU = "torch.autograd.gpu_cpu_backward"
 
@@ -57,6 +63,38 @@ x = torch.ones(3, requires_grad=True)
 (x * 2).sum().backward()
 (x * 3).sum().backward()
 """
+
+
+def synthetic_record(**fields):
+    """A valid record of schema 2.0 (what the library writes), with `fields`
+    replacing its own."""
+    record = {
+        "schema": "2.0",
+        "time": "2026-12-01T10:00:00Z",
+        "start_time": "2026-12-01T09:00:00Z",
+        "written_at": "exit",
+        "host": "h",
+        "pid": 1,
+        "program": "train.py",
+        "job": "j",
+        "job_source": "AUTOGRAD_DEVICE_LOGGING_JOB",
+        "role": "other",
+        "rank": None,
+        "local_rank": None,
+        "world_size": None,
+        "torch": {"built_for": "2.13.0", "running": "2.13.0"},
+        "library_version": "0.1.0",
+        "activated_by": "on torch import",
+        "accelerators": {"cuda": 2},
+        "events": [],
+        "events_logged_by": "library",
+        "ran_backward": True,
+        "passes_classified": 3,
+        "pass_classes": None,
+        "disabled_reason": None,
+    }
+    record.update(fields)
+    return record
 
 
 def fleet_report_module():
@@ -103,7 +141,10 @@ class TestFleetReport(TestCase):
         self.dir = os.path.join(self.tmp.name, "records")
 
     def records(self):
-        names = sorted(os.listdir(self.dir))
+        # DIR/.tmp holds the writers' temporary files, none left once they
+        # finished (Note [The per-process record]).
+        self.assertEqual(os.listdir(os.path.join(self.dir, ".tmp")), [])
+        names = sorted(n for n in os.listdir(self.dir) if n != ".tmp")
         self.assertTrue(all(n.endswith(".json") and not n.startswith(".") for n in names), names)
         out = []
         for name in names:
@@ -116,7 +157,10 @@ class TestFleetReport(TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         return json.loads(proc.stdout)
 
-    @skip_where_torch_logs_events
+    def assert_valid_under_the_schema(self, record):
+        jsonschema.validate(record, RECORD_SCHEMA)
+        self.assertIsNotNone(fleet_report_module().parse_record(record))
+
     def test_concurrent_processes_are_counted_exactly(self):
         plan = [
             ("train-a", BOTH_EVENTS, "1"),
@@ -145,9 +189,12 @@ class TestFleetReport(TestCase):
         self.assertEqual(len(records), len(plan))
         self.assertEqual(len({r["pid"] for r in records}), len(plan))
         for r in records:
-            self.assertEqual(r["schema"], 1)
+            self.assertEqual(r["schema"], "2.0")
             self.assertEqual(r["accelerators"], {"testaccel": 2})
             self.assertEqual(r["activated_by"], "by import")
+            self.assertEqual(r["job_source"], "AUTOGRAD_DEVICE_LOGGING_JOB")
+            self.assertTrue(r["ran_backward"])
+            self.assert_valid_under_the_schema(r)
         jobs = self.summary()["jobs"]
         self.assertEqual(
             jobs["train-a"]["processes_with"], {"multidevice": 3, "gpu_cpu": 3}, jobs["train-a"]
@@ -183,7 +230,10 @@ class TestFleetReport(TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         (record,) = self.records()
         self.assertEqual(record["program"], script)
-        self.assertEqual(record["job"], script)
+        self.assertEqual(record["job"], f"{script}@{socket.gethostname()}")
+        self.assertEqual(record["job_source"], "program")
+        self.assertEqual(record["role"], "other")
+        self.assertEqual(record["written_at"], "exit")
         self.assertEqual(record["activated_by"], "by the launcher")
         self.assertEqual(record["pass_classes"]["cpu_only"], 2)
         self.assertEqual(record["events"], [])
@@ -284,7 +334,6 @@ class TestFleetReport(TestCase):
         ranks = sorted(r["rank"] for r in self.records() if r["rank"] is not None)
         self.assertEqual(ranks, [0, 1])
 
-    @skip_where_torch_logs_events
     def test_record_counts_every_classified_pass(self):
         # Five passes on one device raise no event, so each is classified,
         # the first off the fast path (the hook's first run) and the rest on
@@ -306,21 +355,19 @@ class TestFleetReport(TestCase):
         self.assertEqual(record["events"], [])
         self.assertEqual(record["passes_classified"], 5)
 
-    def test_torch_column_is_the_running_release(self):
-        report = fleet_report_module()
-        record = {
-            "schema": 1,
-            "job": "j",
-            "pid": 1,
-            "rank": None,
-            "events": [],
-            "torch": {"built_for": "2.12.1", "running": "2.13.0"},
-        }
-        summary = report.summarize([record])
-        self.assertEqual(summary["j"]["torch"], ["2.13.0"])
-        self.assertIn("2.13.0", report.format_table(summary, {}))
+    def write_records(self, *records):
+        os.makedirs(self.dir, exist_ok=True)
+        for i, record in enumerate(records):
+            with open(os.path.join(self.dir, f"r{i}.json"), "w") as f:
+                json.dump(record, f)
 
-    @skip_where_torch_logs_events
+    def test_torch_column_is_the_running_release(self):
+        self.write_records(synthetic_record(torch={"built_for": "2.12.1", "running": "2.13.0"}))
+        summary = self.summary()
+        self.assertEqual(summary["jobs"]["j"]["torch"], ["2.13.0"])
+        self.assertEqual(list(summary["releases"]), ["2.13.0"])
+        self.assertRegex(report(self.dir).stdout, r"\nj +1 .* 2\.13\.0 ")
+
     def test_cpp_program_writes_a_record(self):
         program = os.path.join(BUILD_DIR, "test", "test_autograd_device_logging_end_to_end")
         require_built(self, program)
@@ -347,25 +394,48 @@ class TestFleetReport(TestCase):
             timeout=300,
         )
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        (good,) = os.listdir(self.dir)
+        (good,) = [n for n in os.listdir(self.dir) if n.endswith(".json")]
         with open(os.path.join(self.dir, good)) as f:
             text = f.read()
         files = {
             "garbage.json": b"\x00\xffnot json at all",
             "truncated.json": text[: len(text) // 2].encode(),
             "foreign.json": b"[1, 2, 3]",
-            "newer.json": json.dumps({**json.loads(text), "schema": 999}).encode(),
+            "newer.json": json.dumps({**json.loads(text), "schema": "3.0"}).encode(),
+            "newer-minor.json": json.dumps(
+                {**json.loads(text), "schema": "2.7", "pid": 1, "a_field_of_2_7": [1]}
+            ).encode(),
+            "null-events.json": json.dumps({**json.loads(text), "events": None}).encode(),
+            "float-passes.json": json.dumps(
+                {**json.loads(text), "passes_classified": 1.5}
+            ).encode(),
+            "huge.json": json.dumps({**json.loads(text), "pid": 10**30}).encode(),
+            "latin1.json": json.dumps(
+                {**json.loads(text), "job": "caf\u00e9"}, ensure_ascii=False
+            ).encode("latin-1"),
             "notes.txt": b"not a record: not a .json file",
         }
         for name, data in files.items():
             with open(os.path.join(self.dir, name), "wb") as f:
                 f.write(data)
+        os.mkdir(os.path.join(self.dir, "a-directory.json"))
         summary = self.summary()
-        self.assertEqual(summary["skipped"], {"unreadable": 3, "newer schema": 1})
-        self.assertEqual(summary["jobs"]["(all jobs)"]["processes"], 1)
+        self.assertEqual(
+            summary["skipped"],
+            {
+                "unreadable": 4,
+                "not a record": 1,
+                "newer schema": 1,
+                "bad field: events": 1,
+                "bad field: passes_classified": 1,
+                "bad field: pid": 1,
+            },
+        )
+        # The newer minor version is read, its unknown field ignored.
+        self.assertEqual(summary["jobs"]["(all jobs)"]["processes"], 2)
         table = report(self.dir).stdout
-        self.assertIn("3 unreadable records skipped", table)
-        self.assertIn("1 newer schema record skipped", table)
+        self.assertIn("4 records skipped: unreadable", table)
+        self.assertIn("1 record skipped: newer schema", table)
 
     def test_unwritable_directory_is_one_warning_and_the_exit_status_is_kept(self):
         blocker = os.path.join(self.tmp.name, "a-file")
@@ -395,11 +465,9 @@ class TestFleetReport(TestCase):
         )
         self.assertEqual(proc.returncode, 0, proc.stderr)
         fleet_report = fleet_report_module()
-        records, skipped = fleet_report.load_records(self.dir)
-        self.assertEqual(records[0]["job"], 'job "with" quotes\n')
-        self.assertEqual(
-            self.summary(), {"jobs": fleet_report.summarize(records), "skipped": skipped}
-        )
+        (record,) = fleet_report.read_records(self.dir, collections.Counter())
+        self.assertEqual(record.job, 'job "with" quotes\n')
+        self.assertEqual(self.summary(), fleet_report.summarize_directory(self.dir))
 
     def test_plot_writes_a_png(self):
         subprocess.run(

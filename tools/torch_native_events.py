@@ -6,7 +6,7 @@ For each version, downloads the CPython x86-64 Linux wheel from PyPI (pip's
 cache makes repeats cheap), reads libtorch_cpu.so out of it and looks for the
 two event names. A release whose libtorch contains them logs the events
 itself, so this library must not emit them there (builds for torch >= 2.14
-keep statistics only, on the strength of this check). Also reports whether
+classify but leave the logging to torch, on the strength of this check). Also reports whether
 Engine::execute calls compute_dependencies through the PLT, which is what
 makes interposition possible.
 """
@@ -105,9 +105,9 @@ def main():
                 )
             f.write(
                 "\nThe pin in requirements.txt is the newest release without the events. "
-                "Builds against the first release with them and later ones keep the per-pass "
-                "statistics only and never emit the events (Note [Statistics only where torch "
-                "logs the events itself] in `torch/csrc/autograd/device_logging_state.h`).\n"
+                "Builds against the first release with them and later ones classify every pass "
+                "as on earlier releases and leave the logging to torch (Note [Where torch logs "
+                "the events itself] in `torch/csrc/autograd/device_logging_state.h`).\n"
             )
             if kept:
                 f.write("\n" + kept)

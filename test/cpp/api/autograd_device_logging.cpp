@@ -306,7 +306,6 @@ TEST(PatchedComputeDependencies, KeepsLibtorchsDependencyWalk) {
 }
 
 TEST(PatchedComputeDependencies, CpuOnlyPassEmitsNothing) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   register_two_test_devices();
   ApiUsageRecorder recorder;
   run_star_pass({cpu()}, {{cpu()}, {cpu(), cpu()}, {}});
@@ -318,7 +317,6 @@ TEST(PatchedComputeDependencies, CpuOnlyPassEmitsNothing) {
 // "Nothing emitted" means something only if the hook read the pass: each of
 // these cases also checks that every node of the pass was read.
 TEST(PatchedComputeDependencies, OneAcceleratorWithoutCpuEmitsNothing) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   register_two_test_devices();
   ApiUsageRecorder recorder;
   run_star_pass({cuda(0)}, {{cuda(0)}, {cuda(0), cpu()}});
@@ -329,7 +327,6 @@ TEST(PatchedComputeDependencies, OneAcceleratorWithoutCpuEmitsNothing) {
 }
 
 TEST(PatchedComputeDependencies, MetaPlusCpuEmitsNothing) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   register_two_test_devices();
   ApiUsageRecorder recorder;
   run_star_pass({meta()}, {{cpu()}, {meta()}, {lazy()}});
@@ -344,7 +341,6 @@ TEST(PatchedComputeDependencies, MetaPlusCpuEmitsNothing) {
 // logger called for an event in the very pass that decides it, and no
 // inspection once both fired.
 TEST(PatchedComputeDependencies, OnceOnlyStateIsTheLibrarys) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   register_two_test_devices();
   ApiUsageRecorder recorder;
   run_star_pass({cuda(0)}, {{cpu()}});
@@ -369,7 +365,6 @@ TEST(PatchedComputeDependencies, OnceOnlyStateIsTheLibrarys) {
 }
 
 TEST(PatchedComputeDependencies, AcceleratorRegisteredAfterAPassIsSeen) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   // The device scan is not cached across passes (Note [Skipping processes
   // without accelerators]): a backend that registers after the first pass
   // (a Python import, a dlopen) must be seen by the next one.
@@ -398,7 +393,6 @@ TEST(PatchedComputeDependencies, TwoAcceleratorsEmitMultideviceOnly) {
 }
 
 TEST(PatchedComputeDependencies, TwoAcceleratorsAndCpuEmitBothInOnePass) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   register_two_test_devices();
   ApiUsageRecorder recorder;
   run_star_pass({cpu()}, {{xpu(0)}, {cuda(1)}});
@@ -421,7 +415,6 @@ TEST(PatchedComputeDependencies, RepeatedPassesEmitEachEventOnce) {
 }
 
 TEST(PatchedComputeDependencies, AfterBothFiredNoNodeIsInspected) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   register_two_test_devices();
   run_star_pass({cpu()}, {{cuda(0)}, {cuda(1)}});
   ASSERT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
@@ -433,7 +426,6 @@ TEST(PatchedComputeDependencies, AfterBothFiredNoNodeIsInspected) {
 }
 
 TEST(PatchedComputeDependencies, AfterOneFiredOnlyTheOtherIsPursued) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   register_two_test_devices();
   // Fire gpu_cpu only.
   run_star_pass({cuda(0)}, {{cpu()}});
@@ -449,7 +441,6 @@ TEST(PatchedComputeDependencies, AfterOneFiredOnlyTheOtherIsPursued) {
 }
 
 TEST(PatchedComputeDependencies, InsideAPassReadingStopsWhenDecided) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   register_two_test_devices();
   // Fire multidevice only.
   run_star_pass({cuda(0)}, {{cuda(1)}});
@@ -486,7 +477,6 @@ TEST(PatchedComputeDependencies, MinTopoNrPruningIsRespected) {
 TEST(
     PatchedComputeDependencies,
     NodeBelowMinTopoNrOnAnotherDeviceIsNotCounted) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   // Note [Nodes below min_topo_nr are not part of the pass]: the boundary
   // node sits on a device nothing else in the pass uses, so counting it
   // would decide multidevice.
@@ -511,7 +501,6 @@ TEST(
 }
 
 TEST(PatchedComputeDependencies, NoAcceleratorInProcessMeansNoInspection) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   // No device guard reports a device here (no register_two_test_devices()),
   // so even metadata naming two accelerators and the CPU is not read: no
   // real pass in this process could be routed to a device thread.
@@ -551,7 +540,6 @@ TEST(RealBackward, CpuGradientsAreExactAndNothingIsLogged) {
 }
 
 TEST(RealBackward, CpuPassWithTestDevicesRegisteredIsInspectedButSilent) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   register_two_test_devices();
   ApiUsageRecorder recorder;
   auto x = torch::ones({2}, torch::requires_grad());
@@ -686,7 +674,6 @@ uint8_t expected_events(const RandomPass& pass) {
 }
 
 TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   register_two_test_devices();
   ApiUsageRecorder recorder;
   RandomPassGenerator generator(20261130);

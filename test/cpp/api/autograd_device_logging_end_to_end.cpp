@@ -65,7 +65,6 @@ TEST(EndToEnd, DeviceAndCpuGiveGpuCpuOnly) {
 }
 
 TEST(EndToEnd, OneDeviceAloneGivesNothing) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   ApiUsageRecorder recorder;
   auto x = leaf(kDevice0);
   (x * x).sum().backward();
@@ -85,7 +84,6 @@ TEST(EndToEnd, TwoDevicesGiveMultideviceOnly) {
 }
 
 TEST(EndToEnd, TwoDevicesAndCpuGiveBothInOnePass) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   ApiUsageRecorder recorder;
   auto a = torch::ones({4}, torch::requires_grad());
   auto b = torch::ones({4}, torch::requires_grad());
@@ -111,7 +109,6 @@ TEST(EndToEnd, RepeatedPassesGiveEachEventOnce) {
 }
 
 TEST(EndToEnd, AfterBothFiredManyPassesInspectNothing) {
-  SKIP_WHERE_TORCH_LOGS_THE_EVENTS();
   auto a = torch::ones({4}, torch::requires_grad());
   ((a.to(kDevice0)).sum() + a.to(kDevice1).sum().to(kDevice0)).backward();
   ASSERT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
@@ -312,16 +309,10 @@ TEST(DeviceStats, AreOffByDefault) {
   const BackwardDeviceStats stats = backward_device_stats();
   EXPECT_FALSE(stats.enabled);
   EXPECT_EQ(stats.passes(), 0u);
-  if (detail::kTorchLogsTheEvents) {
-    // Note [The events' tests in statistics-only builds]: with the
-    // statistics off, nothing reads the passes.
-    EXPECT_EQ(device_logging_status().nodes_inspected, 0u);
-    EXPECT_EQ(device_logging_status().events_emitted, kNoBackwardDeviceEvent);
-  } else {
-    // The hook did classify these passes; it only counted none of them.
-    EXPECT_GT(device_logging_status().nodes_inspected, 0u);
-    EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
-  }
+  // The hook did classify these passes (on every release: Note [Where torch
+  // logs the events itself]); it only counted none of them.
+  EXPECT_GT(device_logging_status().nodes_inspected, 0u);
+  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
 }
 
 TEST(DeviceStats, CountEveryClassAndReset) {
@@ -334,13 +325,8 @@ TEST(DeviceStats, CountEveryClassAndReset) {
   EXPECT_EQ(stats.accelerator_cpu, 1u);
   EXPECT_EQ(stats.multi_accelerator, 2u);
   EXPECT_EQ(stats.max_accelerators_in_one_pass, 2);
-  // Both events have fired by now (torch's own, where it logs them: Note
-  // [The events' tests in statistics-only builds]); the statistics keep
-  // counting.
-  ASSERT_EQ(
-      device_logging_status().events_emitted,
-      detail::kTorchLogsTheEvents ? kNoBackwardDeviceEvent
-                                  : kAllBackwardDeviceEvents);
+  // Both events have fired by now; the statistics keep counting.
+  ASSERT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
   run_one_pass_of_each_class();
   EXPECT_EQ(backward_device_stats().passes(), 10u);
 

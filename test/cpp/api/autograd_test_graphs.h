@@ -88,22 +88,21 @@ c10::Device lazy();
 
 } // namespace torch::autograd::device_logging::testing
 
-// Note [The events' tests in statistics-only builds]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Built against torch 2.14 or later, the library leaves both events to torch
-// (Note [Statistics only where torch logs the events itself]): its hook never
-// decides or emits them, and reads nodes only for the statistics. The tests
-// of how the hook decides and emits the events, and of what the library's
-// own emitting does (once-only state, early stops, faults while classifying
-// for the events, a disabled library staying silent), have nothing of the
-// library's to test there, and torch emits the events whatever the library
-// does. They skip, saying so. The classifier's own unit tests, the
-// statistics and the forwarding still run, and the Python suite checks that
-// each event appears once, torch's.
-#define SKIP_WHERE_TORCH_LOGS_THE_EVENTS()                                 \
-  do {                                                                     \
-    if (::torch::autograd::device_logging::detail::kTorchLogsTheEvents) {  \
-      GTEST_SKIP() << "torch >= 2.14 logs the events itself: this build "  \
-                      "emits none and classifies only for the statistics"; \
-    }                                                                      \
+// Note [The events' tests where torch logs them itself]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Built against torch 2.14 or later, the library classifies every pass as
+// on earlier releases and leaves the logging to torch (Note [Where torch
+// logs the events itself]), so the cases about what it decides (the events
+// it says a pass raised, what it reads, when it stops) run there too, and
+// what an API-usage logger receives is torch's own events, which agree with
+// the library's. Only the cases about a disabled library staying silent
+// have nothing of the library's to check there: torch logs the events
+// whether or not the library is disabled. Those skip, saying so.
+#define SKIP_WHERE_TORCH_LOGS_THE_EVENTS()                                \
+  do {                                                                    \
+    if (::torch::autograd::device_logging::detail::kTorchLogsTheEvents) { \
+      GTEST_SKIP() << "torch >= 2.14 logs the events itself, also where " \
+                      "this library is disabled: a disabled library's "   \
+                      "silence is not this library's to check there";     \
+    }                                                                     \
   } while (false)

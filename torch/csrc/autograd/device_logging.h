@@ -17,7 +17,8 @@ struct DeviceLoggingStatus {
   // The patched compute_dependencies has run at least once in this process,
   // i.e. libtorch's Engine::execute is bound to it.
   bool hook_has_run = false;
-  // BackwardDeviceEvent bits this library has emitted.
+  // BackwardDeviceEvent bits this library has emitted (where torch logs the
+  // events itself: the events this process's passes raised).
   uint8_t events_emitted = 0;
   // Nodes whose metadata the classifier has read, summed over all passes.
   uint64_t nodes_inspected = 0;
@@ -29,7 +30,8 @@ struct DeviceLoggingStatus {
   // libtorch does not say.
   std::string running_torch;
   // Built against a torch that emits both events itself (2.14 and later):
-  // this library then keeps statistics only and emits nothing.
+  // this library then classifies as on earlier releases but logs nothing;
+  // events_emitted says which events this process's passes raised.
   bool torch_logs_events = false;
 };
 

@@ -15,16 +15,19 @@
 
 namespace torch::autograd::device_logging::detail {
 
-// Note [Statistics only where torch logs the events itself]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// From 2.14 on, libtorch's own compute_dependencies emits both events. A
-// build against such a torch still interposes (the per-pass statistics and
-// the per-process record need the hook) but never emits: its events start
-// out done, so that without statistics a pass costs the seam's compare and
-// one call, and with them the census runs and emits nothing. Each event then
-// appears once per process, torch's. Only the overhead benchmark's
-// comparison build (AUTOGRAD_DEVICE_LOGGING_BENCHMARK_ON_NATIVE_TORCH)
-// classifies and emits there, on purpose.
+// Note [Where torch logs the events itself]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// From 2.14 on, libtorch's own compute_dependencies logs both events. A
+// build against such a torch classifies every pass exactly as on earlier
+// releases, with the same per-pass cost and the same once-per-process state,
+// but does not log the events through C10_LOG_API_USAGE_ONCE: torch does, so
+// each appears once per process, torch's. What the library decided is still
+// its own to report: status().events_emitted and the per-process record say
+// which events this process's passes raised, so that fleet data that mixes
+// releases reads the same on both sides of 2.14. Only the overhead
+// benchmark's comparison build
+// (AUTOGRAD_DEVICE_LOGGING_BENCHMARK_ON_NATIVE_TORCH) logs them there too, on
+// purpose.
 // clang-format off
 #if (TORCH_VERSION_MAJOR > 2 ||                                  \
      (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)) && \
@@ -63,8 +66,9 @@ constexpr uint8_t kStateAllEventsDone =
 constexpr uint8_t kNothingLeftToLog =
     kStateAllEventsDone | kStateHookHasRun | kStateAcceleratorSeen;
 
-// BackwardDeviceEvent bits this library emitted (a subset of the done bits:
-// disabling sets those too).
+// BackwardDeviceEvent bits this process's passes raised, which the library
+// logged (torch logged them itself where kTorchLogsTheEvents); a subset of
+// the done bits, which disabling sets too.
 extern std::atomic<uint8_t> events_emitted;
 // Nodes whose metadata the classifier read, summed over all passes.
 extern std::atomic<uint64_t> nodes_inspected;

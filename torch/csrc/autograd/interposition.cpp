@@ -245,8 +245,8 @@ bool remove_this_library_from_ld_preload() {
 // for disables the classifier (Note [A build runs only on the torch build it
 // was made for], torch_build_identity.h); the forwarding to libtorch's own
 // compute_dependencies needs no layout and keeps working. Builds against a
-// torch that logs these events itself keep statistics only (Note [Statistics
-// only where torch logs the events itself]).
+// torch that logs these events itself classify and leave the logging to it
+// (Note [Where torch logs the events itself]).
 void check_at_load() noexcept {
   try {
     detail::preloaded = remove_this_library_from_ld_preload();
@@ -272,11 +272,6 @@ void check_at_load() noexcept {
           "--no-build-isolation --force-reinstall <autograd_device_logging "
           "source>, or a CMake build with that torch).");
       return;
-    }
-    if (detail::kTorchLogsTheEvents) {
-      // Note [Statistics only where torch logs the events itself]
-      detail::state.fetch_or(
-          detail::kStateAllEventsDone, std::memory_order_relaxed);
     }
     void* first = dlsym(RTLD_DEFAULT, kComputeDependenciesSymbol);
     const std::string first_path = object_path_of(first);

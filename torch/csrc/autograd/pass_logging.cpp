@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/backward_device_classifier.h>
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats_recording.h>
+#include <torch/csrc/autograd/process_record.h>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/macros/Macros.h>
@@ -59,7 +60,9 @@ bool process_has_accelerator_devices() noexcept {
 
 // Emits the events in `decided` that no pass has emitted yet. The fetch_or on
 // the state word makes each event this library's exactly once per process,
-// whatever C10_LOG_API_USAGE_ONCE does with repeated calls.
+// whatever C10_LOG_API_USAGE_ONCE does with repeated calls. Where torch logs
+// the events itself, they are only marked raised (Note [Where torch logs the
+// events itself]).
 void emit(uint8_t decided) {
   const uint8_t newly =
       decided & ~state.fetch_or(decided, std::memory_order_relaxed);
@@ -67,12 +70,15 @@ void emit(uint8_t decided) {
     return;
   }
   detail::events_emitted.fetch_or(newly, std::memory_order_relaxed);
-  if (newly & kMultiDeviceBackward) {
-    C10_LOG_API_USAGE_ONCE(kMultiDeviceBackwardEventName);
+  if constexpr (!detail::kTorchLogsTheEvents) {
+    if (newly & kMultiDeviceBackward) {
+      C10_LOG_API_USAGE_ONCE(kMultiDeviceBackwardEventName);
+    }
+    if (newly & kGpuCpuBackward) {
+      C10_LOG_API_USAGE_ONCE(kGpuCpuBackwardEventName);
+    }
   }
-  if (newly & kGpuCpuBackward) {
-    C10_LOG_API_USAGE_ONCE(kGpuCpuBackwardEventName);
-  }
+  detail::record_event_raised();
 }
 
 void disable_after(const char* what) noexcept {
@@ -163,9 +169,13 @@ C10_NOINLINE void log_backward_devices_slow(
     uint64_t min_topo_nr,
     uint8_t current) noexcept {
   if (!(current & detail::kStateHookHasRun)) {
-    current =
-        state.fetch_or(detail::kStateHookHasRun, std::memory_order_relaxed) |
-        detail::kStateHookHasRun;
+    const uint8_t before =
+        state.fetch_or(detail::kStateHookHasRun, std::memory_order_relaxed);
+    current = before | detail::kStateHookHasRun;
+    if (!(before & detail::kStateHookHasRun)) {
+      // The process's first backward pass (Note [The per-process record]).
+      detail::record_first_backward_pass();
+    }
   }
   const bool stats = current & detail::kStateStatsEnabled;
   if (((current & kAllBackwardDeviceEvents) == kAllBackwardDeviceEvents &&

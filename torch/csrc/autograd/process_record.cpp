@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -20,23 +21,35 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace torch::autograd::device_logging::detail {
 
 namespace {
 
-constexpr int kRecordSchema = 1;
+// Note [One schema for the record]: schema/process_record.schema.json. A
+// new field that readers may ignore is a new minor version; anything else
+// (a field removed, renamed or given another meaning) a new major one.
+constexpr const char* kRecordSchema = "2.0";
 
 struct RecordSettings {
   std::mutex mutex;
   std::string dir;
   std::string program;
   std::string activation;
+  // The record's file name, fixed per process (recomputed after fork()).
+  std::string file_name;
+  pid_t file_pid = 0;
 };
 
 // Leaked: read by the atexit handler, after static destructors may have run.
@@ -45,8 +58,16 @@ RecordSettings& settings() {
   return *s;
 }
 
+// Serializes the writes of one process (hook milestones, explicit, exit).
+std::mutex& write_mutex() {
+  static auto* m = new std::mutex();
+  return *m;
+}
+
+bool write_record(const char* occasion) noexcept;
+
 void write_at_exit() {
-  write_process_record();
+  write_record("exit");
 }
 
 void arm(const std::string& dir) {
@@ -54,6 +75,132 @@ void arm(const std::string& dir) {
   (void)registered;
   std::lock_guard<std::mutex> lock(settings().mutex);
   settings().dir = dir;
+}
+
+std::string getenv_or_empty(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::string(value) : std::string();
+}
+
+std::string host_name() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+// Note [Which job a process belongs to]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The first of: $AUTOGRAD_DEVICE_LOGGING_JOB; torchrun's run id, unless it
+// is empty or "none" (the literal a multi-node static rendezvous without
+// --rdzv-id gets, which would merge every such job into one); the
+// scheduler's ids: SLURM's job (its array job and task where the job is an
+// array), PBS's, LSF's (with its array index), a Kubernetes job name
+// ($KUBERNETES_JOB_NAME, which a pod template sets from the pod's job-name
+// label with the downward API); and last the program and host. The record
+// says which one named the job (job_source).
+std::pair<std::string, std::string> job_and_source(const std::string& program) {
+  const std::string job = getenv_or_empty("AUTOGRAD_DEVICE_LOGGING_JOB");
+  if (!job.empty()) {
+    return {job, "AUTOGRAD_DEVICE_LOGGING_JOB"};
+  }
+  const std::string run_id = getenv_or_empty("TORCHELASTIC_RUN_ID");
+  if (!run_id.empty() && run_id != "none") {
+    return {run_id, "torchrun"};
+  }
+  const std::string slurm = getenv_or_empty("SLURM_JOB_ID");
+  if (!slurm.empty()) {
+    const std::string array_job = getenv_or_empty("SLURM_ARRAY_JOB_ID");
+    const std::string task = getenv_or_empty("SLURM_ARRAY_TASK_ID");
+    return {
+        "slurm-" +
+            (!array_job.empty() && !task.empty() ? array_job + "_" + task
+                                                 : slurm),
+        "slurm"};
+  }
+  const std::string pbs = getenv_or_empty("PBS_JOBID");
+  if (!pbs.empty()) {
+    return {"pbs-" + pbs, "pbs"};
+  }
+  const std::string lsf = getenv_or_empty("LSB_JOBID");
+  if (!lsf.empty()) {
+    const std::string index = getenv_or_empty("LSB_JOBINDEX");
+    return {
+        "lsf-" + lsf + (!index.empty() && index != "0" ? "_" + index : ""),
+        "lsf"};
+  }
+  const std::string kubernetes = getenv_or_empty("KUBERNETES_JOB_NAME");
+  if (!kubernetes.empty()) {
+    return {"k8s-" + kubernetes, "kubernetes"};
+  }
+  return {program + "@" + host_name(), "program"};
+}
+
+// "rank" (RANK is set), "agent" (torchrun's elastic agent, which imports
+// torch but runs no training itself), or "other".
+std::string role() {
+  if (!getenv_or_empty("RANK").empty()) {
+    return "rank";
+  }
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string arg;
+  while (std::getline(in, arg, '\0')) {
+    const size_t slash = arg.rfind('/');
+    const std::string base =
+        slash == std::string::npos ? arg : arg.substr(slash + 1);
+    if (base == "torchrun" || arg == "torch.distributed.run" ||
+        arg.find("torch/distributed/run.py") != std::string::npos) {
+      return "agent";
+    }
+  }
+  return "other";
+}
+
+// The process's start, in nanoseconds since the epoch: /proc/self/stat's
+// start time after boot plus /proc/stat's boot time; the time of the first
+// call where /proc does not say.
+int64_t process_start_ns() {
+  static const int64_t start = []() -> int64_t {
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    std::ifstream stat("/proc/self/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), {});
+    const size_t paren = text.rfind(')');
+    if (paren == std::string::npos) {
+      return now;
+    }
+    // Field 22 (starttime) is the 20th after the command's closing paren.
+    std::istringstream fields(text.substr(paren + 2));
+    std::string field;
+    for (int i = 0; i < 20 && fields >> field; ++i) {
+    }
+    std::ifstream boot("/proc/stat");
+    std::string key;
+    long long btime = -1;
+    while (boot >> key) {
+      if (key == "btime") {
+        boot >> btime;
+        break;
+      }
+    }
+    const long ticks = sysconf(_SC_CLK_TCK);
+    char* end = nullptr;
+    const long long started = std::strtoll(field.c_str(), &end, 10);
+    if (btime < 0 || ticks <= 0 || end == field.c_str()) {
+      return now;
+    }
+    return btime * 1000000000LL + started * (1000000000LL / ticks);
+  }();
+  return start;
+}
+
+std::string utc(int64_t ns) {
+  const std::time_t seconds = static_cast<std::time_t>(ns / 1000000000LL);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
 }
 
 nlohmann::json env_int_or_null(const char* name) {
@@ -64,15 +211,6 @@ nlohmann::json env_int_or_null(const char* name) {
   char* end = nullptr;
   const long long parsed = std::strtoll(value, &end, 10);
   return *end == '\0' ? nlohmann::json(parsed) : nlohmann::json(value);
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
 }
 
 nlohmann::json accelerators_seen() {
@@ -89,20 +227,22 @@ nlohmann::json accelerators_seen() {
 
 nlohmann::json make_record(
     const std::string& program,
-    const std::string& activation) {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
+    const std::string& activation,
+    const char* occasion) {
   nlohmann::json r;
   r["schema"] = kRecordSchema;
-  r["time"] = utc_now();
-  r["host"] = host;
+  r["time"] = utc(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count());
+  r["start_time"] = utc(process_start_ns());
+  r["written_at"] = occasion;
+  r["host"] = host_name();
   r["pid"] = static_cast<long long>(getpid());
   r["program"] = program;
-  const char* job = std::getenv("AUTOGRAD_DEVICE_LOGGING_JOB");
-  const char* run_id = std::getenv("TORCHELASTIC_RUN_ID");
-  r["job"] = (job != nullptr && *job != '\0')  ? std::string(job)
-      : (run_id != nullptr && *run_id != '\0') ? std::string(run_id)
-                                               : program;
+  const auto [job, source] = job_and_source(program);
+  r["job"] = job;
+  r["job_source"] = source;
+  r["role"] = role();
   r["rank"] = env_int_or_null("RANK");
   r["local_rank"] = env_int_or_null("LOCAL_RANK");
   r["world_size"] = env_int_or_null("WORLD_SIZE");
@@ -119,6 +259,9 @@ nlohmann::json make_record(
   if (emitted & kGpuCpuBackward) {
     r["events"].push_back(kGpuCpuBackwardEventName);
   }
+  r["events_logged_by"] = kTorchLogsTheEvents ? "torch" : "library";
+  r["ran_backward"] =
+      (state.load(std::memory_order_relaxed) & kStateHookHasRun) != 0;
   r["passes_classified"] = passes_classified.load(std::memory_order_relaxed);
   const BackwardDeviceStats stats = backward_device_stats();
   if (stats.enabled || stats.passes() > 0) {
@@ -171,19 +314,107 @@ void set_record_activation(const char* how) noexcept {
   }
 }
 
-bool write_process_record() noexcept {
+namespace {
+
+// Creates `dir` if it is missing, writable for every user (Note [The
+// per-process record]); an existing directory keeps its mode.
+void make_shared_directory(const std::string& dir) {
+  if (mkdir(dir.c_str(), 01777) == 0) {
+    chmod(dir.c_str(), 01777); // mkdir's mode is masked by the umask
+  } else if (errno != EEXIST) {
+    throw std::runtime_error(std::strerror(errno));
+  }
+}
+
+// Removes temporary files of writers that can no longer finish: on this
+// host, those whose process is gone; on any host, those a day old. A
+// temporary's name is HOST-PID-STARTNS.json.tmp.
+void remove_stale_temporaries(
+    const std::string& tmp_dir,
+    const std::string& host) {
+  std::error_code error;
+  const auto now = std::filesystem::file_time_type::clock::now();
+  for (const auto& entry :
+       std::filesystem::directory_iterator(tmp_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    bool stale = false;
+    if (name.compare(0, host.size() + 1, host + "-") == 0) {
+      const long long pid =
+          std::strtoll(name.c_str() + host.size() + 1, nullptr, 10);
+      stale =
+          pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    }
+    const auto modified = entry.last_write_time(error);
+    stale = stale || (!error && now - modified > std::chrono::hours(24));
+    if (stale) {
+      std::filesystem::remove(entry.path(), error);
+    }
+  }
+}
+
+// Writes `text` to `path` durably: a temporary in `tmp_dir`, fsync, rename.
+void write_atomically(
+    const std::string& text,
+    const std::string& tmp_dir,
+    const std::string& dir,
+    const std::string& name) {
+  const std::string temporary = tmp_dir + "/" + name + ".tmp";
+  const std::string final_path = dir + "/" + name;
+  const int fd =
+      open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw std::runtime_error(std::strerror(errno));
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      const std::string cause = std::strerror(errno);
+      close(fd);
+      std::remove(temporary.c_str());
+      throw std::runtime_error(cause);
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool synced = fsync(fd) == 0;
+  const bool closed = close(fd) == 0;
+  if (!synced || !closed ||
+      std::rename(temporary.c_str(), final_path.c_str()) != 0) {
+    const std::string cause = std::strerror(errno);
+    std::remove(temporary.c_str());
+    throw std::runtime_error(cause);
+  }
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    fsync(dir_fd);
+    close(dir_fd);
+  }
+}
+
+bool write_record(const char* occasion) noexcept {
   std::string dir;
   try {
+    std::lock_guard<std::mutex> writing(write_mutex());
     std::string program;
     std::string activation;
+    std::string name;
     {
       std::lock_guard<std::mutex> lock(settings().mutex);
       dir = settings().dir;
+      if (dir.empty()) {
+        return false;
+      }
       program = settings().program;
       activation = settings().activation;
-    }
-    if (dir.empty()) {
-      return false;
+      if (settings().file_pid != getpid()) {
+        settings().file_pid = getpid();
+        settings().file_name = host_name() + "-" + std::to_string(getpid()) +
+            "-" + std::to_string(process_start_ns()) + ".json";
+      }
+      name = settings().file_name;
     }
     if (program.empty()) {
       program = program_invocation_name;
@@ -192,46 +423,44 @@ bool write_process_record() noexcept {
       activation = loaded_by_preload() ? "by preload" : "linked";
     }
     const std::string text =
-        make_record(program, activation)
-            .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+        make_record(program, activation, occasion)
+            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
         "\n";
+    const std::string tmp_dir = dir + "/.tmp";
     std::error_code ignored;
-    std::filesystem::create_directories(dir, ignored);
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count();
-    const std::string name = std::string(host) + "-" +
-        std::to_string(getpid()) + "-" + std::to_string(ns) + ".json";
-    const std::string final_path = dir + "/" + name;
-    const std::string temporary = dir + "/." + name + ".tmp";
-    std::FILE* f = std::fopen(temporary.c_str(), "w");
-    if (f == nullptr) {
-      throw std::runtime_error(std::strerror(errno));
-    }
-    const bool written =
-        std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    const bool closed = std::fclose(f) == 0;
-    if (!written || !closed ||
-        std::rename(temporary.c_str(), final_path.c_str()) != 0) {
-      const std::string cause = std::strerror(errno);
-      std::remove(temporary.c_str());
-      throw std::runtime_error(cause);
-    }
-    // One record per process: a record written early (before os._exit, say)
-    // is not written again at exit.
-    std::lock_guard<std::mutex> lock(settings().mutex);
-    settings().dir.clear();
+    std::filesystem::create_directories(
+        std::filesystem::path(dir).parent_path(), ignored);
+    make_shared_directory(dir);
+    make_shared_directory(tmp_dir);
+    remove_stale_temporaries(tmp_dir, host_name());
+    write_atomically(text, tmp_dir, dir, name);
     return true;
   } catch (const std::exception& e) {
-    warn_to_stderr(
-        "autograd_device_logging: could not write this process's record "
-        "into " +
-        dir + ": " + e.what());
+    // One warning per process, however many of its writes fail.
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      warn_to_stderr(
+          "autograd_device_logging: could not write this process's record "
+          "into " +
+          dir + ": " + e.what());
+    }
   } catch (...) {
   }
   return false;
+}
+
+} // namespace
+
+bool write_process_record() noexcept {
+  return write_record("explicit");
+}
+
+void record_first_backward_pass() noexcept {
+  write_record("first_pass");
+}
+
+void record_event_raised() noexcept {
+  write_record("event");
 }
 
 } // namespace torch::autograd::device_logging::detail

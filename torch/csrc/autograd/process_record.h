@@ -9,16 +9,30 @@ namespace torch::autograd::device_logging::detail {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // With AUTOGRAD_DEVICE_LOGGING_REPORT_DIR set when the library loads (or a
 // directory set later through set_report_dir, as the launcher's --report
-// does), the library writes one JSON record of this process into that
-// directory at exit: who the process was (host, pid, program, job, rank),
-// which torch and library, how the library came in, the accelerator devices
-// it saw, the events it emitted, and the per-class pass counts when the
-// statistics were on. The library writes it, not the Python package, so
-// C++ programs get records too. It is written atomically (a temporary name,
-// then rename) from an atexit handler: never during a backward pass, never
-// by throwing, and a directory that cannot be written costs one warning and
-// leaves the process and its exit status alone. Processes that end without
-// running atexit handlers (os._exit, a fatal signal) write no record.
+// does), the library keeps one JSON record of this process in that
+// directory: who the process was (host, pid, start time, program, job and
+// where the job's name came from, role, rank), which torch and library, how
+// the library came in, the accelerator devices it saw, whether it ran a
+// backward pass, the events its passes raised, and the per-class pass counts
+// when the statistics were on. Its format is schema/process_record.schema.json
+// (Note [One schema for the record]). The library writes it, not the Python
+// package, so C++ programs get records too.
+//
+// A record is evidence, and the processes that matter most (the largest
+// multi-GPU jobs) are the ones an OOM killer, a preemption or SIGKILL ends
+// without atexit handlers. So the record is written when the process's first
+// backward pass reaches the hook, again when an event is first raised, and
+// at exit; each write replaces the process's one file
+// (HOST-PID-STARTNS.json) atomically: the text goes to a temporary file in
+// DIR/.tmp, is fsync'ed, and is renamed into place. A process killed after
+// an event fired leaves a record that holds the event. At most three writes
+// happen during a run, none per pass after them, none by throwing; a
+// directory that cannot be written costs one warning and leaves the process
+// and its exit status alone. Temporary files that a killed writer left in
+// DIR/.tmp are removed by later writers on the same host (its process is
+// gone) or on any host (a day old). When the library creates DIR or
+// DIR/.tmp it makes them writable for every user, sticky like /tmp
+// (mode 1777), so that several users' jobs can share one directory.
 // Strings such as argv are arbitrary bytes; the JSON is produced by
 // nlohmann/json (third_party/), invalid UTF-8 replaced.
 
@@ -33,8 +47,14 @@ void set_report_dir(const char* dir) noexcept;
 void set_record_program(const char* program) noexcept;
 void set_record_activation(const char* how) noexcept;
 
-// Writes the record now (then not again at exit); false when no directory is
-// set, or, after one warning, when it cannot be written.
+// Writes the record now; false when no directory is set, or, after one
+// warning, when it cannot be written.
 bool write_process_record() noexcept;
+
+// The hook's milestones (Note [The per-process record]): the process's first
+// backward pass, and an event raised for the first time. Each writes the
+// record if a directory is set. Never throw.
+void record_first_backward_pass() noexcept;
+void record_event_raised() noexcept;
 
 } // namespace torch::autograd::device_logging::detail
