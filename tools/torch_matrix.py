@@ -64,6 +64,7 @@ def venv_for(release, log):
             f.write(
                 f"torch=={release}\n{numpy_for(release)}\npytest==8.3.5\nexpecttest==0.3.0\n"
                 "matplotlib==3.9.4\nsetuptools>=70.1\n"
+                "hypothesis==6.122.3\njsonschema==4.23.0\nduckdb==1.1.3\n"
             )
         env = dict(os.environ, AUTOGRAD_DEVICE_LOGGING_REQUIREMENTS=requirements)
         existed = set(os.listdir(cache_dir())) if os.path.isdir(cache_dir()) else set()
@@ -201,9 +202,10 @@ def write(rows, output):
         "that last tested it. Each row: a venv with that torch from PyPI, the library, its "
         "tests and the test accelerator built against it, then ctest, pytest (the whole "
         "Python suite), the demo, and a wheel (tools/build_wheels.sh) installed into that venv "
-        "and its `--check`. From 2.14.1 on the builds are statistics-only (torch logs the "
-        "events itself): the cases about the library's own emitting skip there, saying so "
-        "(Note [The events' tests in statistics-only builds]), so those rows skip more.",
+        "and its `--check`. From 2.14.1 on torch logs the events itself: the library "
+        "classifies as before and leaves the logging to torch, and only the cases about what "
+        "is logged without the library skip there, saying so (Note [The events' tests where "
+        "torch logs them itself]).",
         "",
         HEADER,
         "| --- | --- | ---: | ---: | --- | --- | ---: |",

@@ -136,7 +136,38 @@ def _load_or_warn(path: str):
 _torch_was_imported_first = "torch" in sys.modules
 #: How the library came into this process (Status.activated_by).
 _activation = "not loaded"
-_lib, _load_error = _load_or_warn(library_path())
+
+
+# Note [The report runs offline]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# `python -m autograd_device_logging report DIR` and the console script
+# autograd-device-logging-report read records on any machine with Python:
+# they must not load the library (and with it libtorch), arm a record of
+# their own in the directory they read, or print a statistics line. Python
+# imports this package before it runs either, so the package does not load
+# the library when the command line is one of them (sys.orig_argv, Python
+# 3.10+; before that, sys.argv, which holds "-m" while -m imports the package).
+def _running_the_report() -> bool:
+    if os.path.basename(sys.argv[0] if sys.argv else "") == "autograd-device-logging-report":
+        return True
+    argv = getattr(sys, "orig_argv", None)
+    if argv is None:
+        return sys.argv[:2] == ["-m", "report"]
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return argv[i + 1 : i + 3] == [__name__, "report"]
+        if arg in ("-c", "-") or not arg.startswith("-"):
+            return False  # the program starts here: not -m
+        i += 2 if arg in ("-X", "-W", "--check-hash-based-pycs") else 1
+    return False
+
+
+if _running_the_report():
+    _lib, _load_error = None, "not loaded: the fleet report runs without it"
+else:
+    _lib, _load_error = _load_or_warn(library_path())
 #: The program the per-process record names (the launcher's script or module).
 _program: Optional[str] = None
 
@@ -170,8 +201,10 @@ def _set_report_dir(path: str) -> None:
 def write_process_record() -> bool:
     """Writes this process's record for the fleet report now, if
     AUTOGRAD_DEVICE_LOGGING_REPORT_DIR (or the launcher's --report) named a
-    directory; the library otherwise writes it at exit, which a process that
-    leaves through os._exit never reaches. Written once per process."""
+    directory. The library also writes it at the process's first backward
+    pass, when an event is first raised, and at exit (which a process that
+    leaves through os._exit never reaches); each write replaces the
+    process's one record."""
     if _lib is None:
         return False
     _tell_record()
@@ -206,7 +239,9 @@ class Status:
     #: the launcher", "by preload" (LD_PRELOAD), "linked", or "not loaded".
     activated_by: str
     #: Built against a torch that logs both events itself (2.14 and later):
-    #: the library keeps statistics only and emits nothing.
+    #: the library classifies every pass as on earlier releases and leaves
+    #: the logging to torch; events_emitted then says which events this
+    #: process's passes raised (torch logged them).
     torch_logs_events: bool = False
 
 
@@ -353,13 +388,14 @@ def check_report() -> str:
             "loaded (Python binds an extension's symbols as it imports "
             "torch). " + _NOT_ACTIVE_HINT
         )
+    events = ", ".join(sorted(s.events_emitted)) or "none"
     if s.torch_logs_events:
         lines.append(
-            f"events:           logged by torch {s.running_torch or ''} itself; this library "
-            "keeps the per-pass statistics only"
+            f"events raised:    {events} (logged by torch {s.running_torch or ''} itself, "
+            "not by this library)"
         )
     else:
-        lines.append("events emitted:   " + (", ".join(sorted(s.events_emitted)) or "none"))
+        lines.append("events emitted:   " + events)
     return "\n".join(lines)
 
 

@@ -24,13 +24,14 @@ PROG = "python -m autograd_device_logging"
 def make_parser():
     parser = argparse.ArgumentParser(
         prog=PROG,
-        usage=f"{PROG} [--check | --version] | report DIR [--json] [--plot PNG] | "
+        usage=f"{PROG} [--check | --version] | report DIR [options] | "
         "[--report DIR] [-m MODULE | [--] SCRIPT] [ARG ...]",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Subcommand:\n"
-        f"  {PROG} report DIR [--json] [--plot PNG]\n"
-        "      a table per job of the records in DIR (`report --help` says more)\n\n"
+        f"  {PROG} report DIR [--json] [--plot PNG] [--since WHEN] [--until WHEN] [--job NAME]\n"
+        "      a table per job of the records in DIR, offline: it loads neither torch nor\n"
+        "      the library (`report --help` says more)\n\n"
         "Examples:\n"
         f"  {PROG} train.py --epochs 3\n"
         f"  {PROG} --report /shared/adl train.py\n"
@@ -49,8 +50,8 @@ def make_parser():
     parser.add_argument(
         "--report",
         metavar="DIR",
-        help="write a record of this process (and of its children that load the library) "
-        "into DIR at exit, for `report DIR` (sets AUTOGRAD_DEVICE_LOGGING_REPORT_DIR)",
+        help="keep a record of this process (and of its children that load the library) "
+        "in DIR, for `report DIR` (sets AUTOGRAD_DEVICE_LOGGING_REPORT_DIR)",
     )
     parser.add_argument(
         "-m",

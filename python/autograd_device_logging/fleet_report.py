@@ -1,96 +1,445 @@
 """Which jobs run multi-device or accelerator+CPU backward passes, and how often.
 
     python -m autograd_device_logging report DIR [--json] [--plot PNG]
+        [--since WHEN] [--until WHEN] [--job NAME ...]
+    autograd-device-logging-report DIR ...      (the same, as a console script)
 
-DIR holds one record per process, written by the library at exit when
+DIR holds one record per process, written by the library when
 AUTOGRAD_DEVICE_LOGGING_REPORT_DIR (or the launcher's --report) named it
-(Note [The per-process record] in torch/csrc/autograd/process_record.h).
-The report has a row per job and one for all jobs: processes, ranks, the
-share of processes that emitted each event, the passes per class where the
-statistics counted them, and the torch versions. Unreadable records (truncated,
-corrupted, foreign) and records of a newer schema are skipped and counted.
+(Note [The per-process record] in torch/csrc/autograd/process_record.h; the
+format is schema/process_record.schema.json). The report runs offline: it
+imports neither torch nor the library, writes nothing, and needs only Python
+(matplotlib for --plot).
+
+A row per job and one for all jobs. Its denominator is the processes that ran
+at least one backward pass; a rank that restarted counts once per (job, host,
+rank), with the union of its events. Left out, and counted per job: torchrun
+agents, processes that ran no backward pass, and processes in which the
+library was disabled (with the reason). Files that are not readable records
+(not UTF-8, not JSON, a field of the wrong type, a newer major schema) are
+skipped and counted by reason; nothing in DIR makes the report fail.
+
+Exit status: 0 when it reported, 1 when DIR holds no record it can count,
+2 for a usage error (DIR is not a directory, a bad option).
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
+import datetime
 import json
 import os
+import re
+import stat
 import sys
-from collections import defaultdict
-from typing import Dict, List, Tuple
+from collections import Counter, defaultdict
+from typing import Dict, Iterator, List, Optional, Tuple
 
-SCHEMA = 1
+SCHEMA_MAJOR = 2
+# The schema's pattern for the versions this reader reads
+# (schema/process_record.schema.json).
+READABLE_SCHEMA = re.compile(r"^2\.(0|[1-9][0-9]{0,8})$")
+ANY_SCHEMA = re.compile(r"^([1-9][0-9]*)\.[0-9]+$")
+START_TIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
 EVENTS = {
     "torch.autograd.multidevice_backward": "multidevice",
     "torch.autograd.gpu_cpu_backward": "gpu_cpu",
 }
+EVENT_BITS = {name: 1 << i for i, name in enumerate(EVENTS)}
+SHORT_BITS = {EVENTS[name]: bit for name, bit in EVENT_BITS.items()}
 CLASSES = ("cpu_only", "single_accelerator", "accelerator_cpu", "multi_accelerator")
+JOB_SOURCES = ("AUTOGRAD_DEVICE_LOGGING_JOB", "torchrun", "slurm", "pbs", "lsf", "kubernetes")
+JOB_SOURCES += ("program",)
+ROLES = ("rank", "agent", "other")
+WRITTEN_AT = ("first_pass", "event", "explicit", "exit")
 ALL_JOBS = "(all jobs)"
+MAX_COUNT = 2**63 - 1
+# A record is about a kilobyte; anything far larger is not one.
+MAX_RECORD_BYTES = 1 << 20
 
 
-def load_records(directory: str) -> Tuple[List[dict], Dict[str, int]]:
-    """The records in `directory`, and how many files were skipped, by reason."""
-    records, skipped = [], {"unreadable": 0, "newer schema": 0}
-    for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
-        try:
-            with open(path, "rb") as f:
-                record = json.loads(f.read().decode("utf-8"))
-            schema = record["schema"]
-            if not isinstance(schema, int):
-                raise TypeError("schema")
-            if schema > SCHEMA:
-                skipped["newer schema"] += 1
-                continue
-            record["job"], record["pid"], record["events"]  # the fields every record has
-        except (OSError, ValueError, TypeError, KeyError):
-            skipped["unreadable"] += 1
-            continue
-        records.append(record)
-    return records, skipped
+class Skip(Exception):
+    """A file that is not a record this reader can count; args[0] says why."""
 
 
-def summarize(records: List[dict]) -> Dict[str, dict]:
-    """{job: summary}, with ALL_JOBS for every record together."""
-    groups = defaultdict(list)
-    for record in records:
-        groups[str(record["job"])].append(record)
-    groups[ALL_JOBS] = list(records)
-    summary = {}
-    for job, rows in groups.items():
-        counted = [r["pass_classes"] for r in rows if isinstance(r.get("pass_classes"), dict)]
-        summary[job] = {
-            "processes": len(rows),
-            "ranks": len({(r.get("host"), r["rank"]) for r in rows if r.get("rank") is not None}),
-            "processes_with": {
-                short: sum(name in r["events"] for r in rows) for name, short in EVENTS.items()
-            },
-            "passes_per_class": (
-                {c: sum(int(p.get(c, 0)) for p in counted) for c in CLASSES} if counted else None
-            ),
-            "processes_counting_passes": len(counted),
-            "torch": sorted({str((r.get("torch") or {}).get("running", "?")) for r in rows}),
-        }
-    return summary
+def _count(value, field: str) -> int:
+    """JSON Schema's non-negative integer below 2^63: an int, or a float with
+    no fractional part (json only makes exact types, so bool is no int here)."""
+    kind = type(value)
+    if kind is int:
+        if 0 <= value <= MAX_COUNT:
+            return value
+    elif kind is float and value.is_integer() and 0 <= value <= MAX_COUNT:
+        return int(value)
+    raise Skip(f"bad field: {field}")
 
 
-def format_table(summary: Dict[str, dict], skipped: Dict[str, int]) -> str:
-    header = [
+def _events(value) -> int:
+    if type(value) is not list:
+        raise Skip("bad field: events")
+    bits = 0
+    for name in value:
+        bit = EVENT_BITS.get(name) if type(name) is str else None
+        if bit is None or bits & bit:  # unknown, or twice
+            raise Skip("bad field: events")
+        bits |= bit
+    return bits
+
+
+def _pass_classes(value) -> Optional[Tuple[int, ...]]:
+    if value is None:
+        return None
+    if type(value) is not dict:
+        raise Skip("bad field: pass_classes")
+    try:
+        return tuple(_count(value[c], "pass_classes") for c in CLASSES)
+    except KeyError:
+        raise Skip("bad field: pass_classes") from None
+
+
+class Record:
+    """What the report reads of one record."""
+
+    __slots__ = (
         "job",
-        "processes",
-        "ranks",
-        "multidevice",
-        "gpu_cpu",
-        *CLASSES,
+        "host",
+        "rank",
+        "role",
+        "start_time",
+        "events",
+        "ran_backward",
+        "pass_classes",
         "torch",
-    ]
+        "disabled_reason",
+    )
+
+
+_MISSING = object()
+
+
+def parse_record(record) -> Record:
+    """The record's fields the report uses, checked; raises Skip. Accepts
+    exactly the records schema/process_record.schema.json accepts (major
+    version 2, any minor version), and the first format's records
+    (`"schema": 1`), whose missing fields it infers."""
+    if type(record) is not dict:
+        raise Skip("not a record")
+    get = record.get
+    schema = get("schema")
+    if type(schema) is not str or not READABLE_SCHEMA.search(schema):
+        if type(schema) is int and schema == 1:
+            return _parse_first_format(record)
+        newer = ANY_SCHEMA.search(schema) if type(schema) is str else None
+        if newer and int(newer.group(1)) > SCHEMA_MAJOR:
+            raise Skip("newer schema")
+        raise Skip("bad field: schema")
+    r = Record()
+    # Required, and read by the report.
+    r.host = host = get("host")
+    r.job = job = get("job")
+    start = get("start_time")
+    if type(host) is not str:
+        raise Skip("bad field: host")
+    if type(job) is not str or not job:
+        raise Skip("bad field: job")
+    if type(start) is not str or not START_TIME.search(start):
+        raise Skip("bad field: start_time")
+    r.start_time = start[:19]
+    r.role = role = get("role")
+    if role not in ROLES or type(role) is not str:
+        raise Skip("bad field: role")
+    rank = get("rank", _MISSING)
+    r.rank = None if rank is None else _count(None if rank is _MISSING else rank, "rank")
+    torch = get("torch")
+    if type(torch) is not dict or type(torch.get("running")) is not str:
+        raise Skip("bad field: torch")
+    if type(torch.get("built_for", "")) is not str:
+        raise Skip("bad field: torch")
+    r.torch = torch["running"]
+    r.events = _events(get("events"))
+    r.ran_backward = get("ran_backward")
+    if type(r.ran_backward) is not bool:
+        raise Skip("bad field: ran_backward")
+    r.pass_classes = _pass_classes(get("pass_classes", _MISSING))
+    reason = get("disabled_reason", _MISSING)
+    if reason is not None and type(reason) is not str:
+        raise Skip("bad field: disabled_reason")
+    r.disabled_reason = reason
+    # Required or constrained by the schema, though the report reads none of
+    # them: the reader accepts exactly what the schema accepts.
+    _count(get("pid"), "pid")
+    _count(get("passes_classified"), "passes_classified")
+    if type(get("program")) is not str:
+        raise Skip("bad field: program")
+    if get("job_source") not in JOB_SOURCES or type(get("job_source")) is not str:
+        raise Skip("bad field: job_source")
+    if get("events_logged_by") not in ("library", "torch"):
+        raise Skip("bad field: events_logged_by")
+    for field in ("time", "library_version", "activated_by"):
+        if type(get(field, "")) is not str:
+            raise Skip(f"bad field: {field}")
+    written_at = get("written_at", "exit")
+    if type(written_at) is not str or written_at not in WRITTEN_AT:
+        raise Skip("bad field: written_at")
+    if type(get("accelerators", {})) is not dict:
+        raise Skip("bad field: accelerators")
+    return r
+
+
+def _parse_first_format(record: dict) -> Record:
+    """A record of the first format, before job_source, role, start_time and
+    ran_backward: those are inferred."""
+    r = Record()
+    r.job = record.get("job")
+    if type(r.job) is not str or not r.job:
+        raise Skip("bad field: job")
+    host = record.get("host")
+    r.host = host if type(host) is str else "?"
+    _count(record.get("pid"), "pid")
+    rank = record.get("rank")
+    r.rank = None if rank is None else _count(rank, "rank")
+    r.role = "rank" if r.rank is not None else "other"
+    r.start_time = None
+    r.events = _events(record.get("events"))
+    r.pass_classes = _pass_classes(record.get("pass_classes"))
+    torch = record.get("torch")
+    running = torch.get("running") if type(torch) is dict else None
+    r.torch = running if type(running) is str else "?"
+    reason = record.get("disabled_reason")
+    r.disabled_reason = reason if type(reason) is str else None
+    passes = record.get("passes_classified")
+    r.ran_backward = bool(
+        r.events or (type(passes) is int and passes > 0) or sum(r.pass_classes or ())
+    )
+    return r
+
+
+def read_records(directory: str, skipped: Counter) -> Iterator[Record]:
+    """The records of `directory`, one at a time; what is not one is counted
+    in `skipped` by reason."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            name = entry.name
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            try:
+                fd = os.open(entry.path, flags)
+                try:
+                    info = os.fstat(fd)
+                    if not stat.S_ISREG(info.st_mode):
+                        raise OSError("not a regular file")
+                    if info.st_size > MAX_RECORD_BYTES:
+                        raise Skip("too large")
+                    data = os.read(fd, info.st_size + 1)
+                finally:
+                    os.close(fd)
+                yield parse_record(json.loads(data.decode("utf-8")))
+            except Skip as e:
+                skipped[e.args[0]] += 1
+            except (OSError, ValueError, RecursionError):
+                # Not a readable file, not UTF-8, not JSON, or nested too deep.
+                skipped["unreadable"] += 1
+
+
+# Torch releases by number, so that a rank's state is one small int.
+_RELEASES: Dict[str, int] = {}
+_RELEASE_NAMES: List[str] = []
+_EVENT_MASK = (1 << len(EVENTS)) - 1
+
+
+def _release_number(release: str) -> int:
+    number = _RELEASES.get(release)
+    if number is None:
+        number = _RELEASES[release] = len(_RELEASE_NAMES)
+        _RELEASE_NAMES.append(release)
+    return number
+
+
+class JobTotals:
+    """One job's counts, kept as the records stream by."""
+
+    __slots__ = ("ranks", "others", "others_with", "passes", "counting", "torch", "left_out")
+
+    def __init__(self):
+        # "host\0rank" -> events | release number << 2: a restarted rank
+        # counts once, with the union of its events and its last release.
+        # One short string and one small int per rank keep a million ranks
+        # in well under the report's memory target.
+        self.ranks: Dict[str, int] = {}
+        self.others = 0
+        self.others_with = [0, 0]
+        self.passes = [0, 0, 0, 0]
+        self.counting = 0
+        self.torch: Counter = Counter()
+        self.left_out: Counter = Counter()
+
+    def add(self, r: Record) -> bool:
+        """Counts `r`; True when it is a process other than a rank."""
+        if r.role == "agent":
+            self.left_out["torchrun agent"] += 1
+            return False
+        if r.disabled_reason:
+            self.left_out["disabled: " + r.disabled_reason] += 1
+            return False
+        if not r.ran_backward:
+            self.left_out["no backward pass"] += 1
+            return False
+        if r.pass_classes is not None:
+            self.counting += 1
+            passes = self.passes
+            for i, n in enumerate(r.pass_classes):
+                passes[i] += n
+        if r.role == "rank" and r.rank is not None:
+            key = f"{r.host}\0{r.rank}"
+            state = self.ranks.get(key, 0)
+            self.ranks[key] = (state & _EVENT_MASK | r.events) | _release_number(r.torch) << 2
+            return False
+        self.others += 1
+        for i, bit in enumerate(EVENT_BITS.values()):
+            self.others_with[i] += bool(r.events & bit)
+        self.torch[r.torch] += 1
+        return True
+
+    def ranks_by_release(self) -> Dict[str, List[int]]:
+        """{torch release: [ranks, with multidevice, with gpu_cpu]}, each
+        rank under the release of its last record."""
+        out: Dict[str, List[int]] = defaultdict(lambda: [0, 0, 0])
+        for state in self.ranks.values():
+            row = out[_RELEASE_NAMES[state >> 2]]
+            row[0] += 1
+            for i, bit in enumerate(EVENT_BITS.values()):
+                row[1 + i] += bool(state & bit)
+        return out
+
+    def summary(self) -> dict:
+        processes = self.others + len(self.ranks)
+        with_event = list(self.others_with)
+        torch = Counter(self.torch)
+        for state in self.ranks.values():
+            torch[_RELEASE_NAMES[state >> 2]] += 1
+            for i, bit in enumerate(EVENT_BITS.values()):
+                with_event[i] += bool(state & bit)
+        return {
+            "processes": processes,
+            "ranks": len(self.ranks),
+            "processes_with": dict(zip(EVENTS.values(), with_event)),
+            "passes_per_class": dict(zip(CLASSES, self.passes)) if self.counting else None,
+            "processes_counting_passes": self.counting,
+            "torch": sorted(torch),
+            "left_out": dict(sorted(self.left_out.items())),
+        }
+
+
+def _when(text: str) -> str:
+    """A --since/--until value as the records write times: UTC, seconds."""
+    value = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is not None:
+        value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    return value.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def summarize_directory(
+    directory: str,
+    since: Optional[str] = None,
+    until: Optional[str] = None,
+    jobs: Optional[List[str]] = None,
+) -> dict:
+    """The report of `directory`: {"jobs": {job: summary}, "releases":
+    {torch: counts}, "skipped": {reason: n}, "filtered": n}. Streams: memory
+    grows with the jobs and ranks, not with the records."""
+    skipped: Counter = Counter()
+    totals: Dict[str, JobTotals] = defaultdict(JobTotals)
+    # Per torch release, the processes that are not ranks (ranks are kept
+    # with their job, restarts folded): [processes, multidevice, gpu_cpu].
+    other_releases: Dict[str, List[int]] = defaultdict(lambda: [0, 0, 0])
+    wanted = set(jobs) if jobs else None
+    filtered = 0
+    for r in read_records(directory, skipped):
+        if (wanted is not None and r.job not in wanted) or (
+            (since or until)
+            and (
+                r.start_time is None
+                or (since is not None and r.start_time < since)
+                or (until is not None and r.start_time > until)
+            )
+        ):
+            filtered += 1
+            continue
+        if totals[r.job].add(r):
+            row = other_releases[r.torch]
+            row[0] += 1
+            for i, bit in enumerate(EVENT_BITS.values()):
+                row[1 + i] += bool(r.events & bit)
+    summaries = {job: t.summary() for job, t in totals.items()}
+    releases: Dict[str, List[int]] = defaultdict(lambda: [0, 0, 0])
+    for t in totals.values():
+        for release, row in t.ranks_by_release().items():
+            releases[release] = [a + b for a, b in zip(releases[release], row)]
+    for release, row in other_releases.items():
+        releases[release] = [a + b for a, b in zip(releases[release], row)]
+    if summaries:
+        summaries[ALL_JOBS] = _sum_of(list(summaries.values()))
+    return {
+        "jobs": summaries,
+        "releases": {
+            release: {"processes": row[0], "processes_with": dict(zip(EVENTS.values(), row[1:]))}
+            for release, row in sorted(releases.items())
+        },
+        "skipped": dict(sorted(skipped.items())),
+        "filtered": filtered,
+    }
+
+
+def _sum_of(summaries: List[dict]) -> dict:
+    counting = sum(s["processes_counting_passes"] for s in summaries)
+    left_out: Counter = Counter()
+    for s in summaries:
+        left_out.update(s["left_out"])
+    return {
+        "processes": sum(s["processes"] for s in summaries),
+        "ranks": sum(s["ranks"] for s in summaries),
+        "processes_with": {
+            e: sum(s["processes_with"][e] for s in summaries) for e in EVENTS.values()
+        },
+        "passes_per_class": (
+            {c: sum((s["passes_per_class"] or {}).get(c, 0) for s in summaries) for c in CLASSES}
+            if counting
+            else None
+        ),
+        "processes_counting_passes": counting,
+        "torch": sorted({t for s in summaries for t in s["torch"]}),
+        "left_out": dict(sorted(left_out.items())),
+    }
+
+
+def _left_out_text(left_out: Dict[str, int]) -> str:
+    agents = left_out.get("torchrun agent", 0)
+    idle = left_out.get("no backward pass", 0)
+    disabled = sum(n for k, n in left_out.items() if k.startswith("disabled: "))
+    parts = []
+    if agents:
+        parts.append(f"{agents} agent{'s' if agents != 1 else ''}")
+    if idle:
+        parts.append(f"{idle} no backward")
+    if disabled:
+        parts.append(f"{disabled} disabled")
+    return ", ".join(parts) or "-"
+
+
+def format_table(report: dict) -> str:
+    summary, skipped = report["jobs"], report["skipped"]
+    header = ["job", "processes", "ranks", "multidevice", "gpu_cpu", *CLASSES, "torch", "left out"]
     body = []
     for job in sorted(summary, key=lambda j: (j == ALL_JOBS, j)):
         s = summary[job]
         n = s["processes"]
         shares = [
-            f"{s['processes_with'][e]}/{n} ({100.0 * s['processes_with'][e] / n:.0f}%)"
+            (
+                f"{s['processes_with'][e]}/{n} ({100.0 * s['processes_with'][e] / n:.0f}%)"
+                if n
+                else "-"
+            )
             for e in ("multidevice", "gpu_cpu")
         ]
         passes = s["passes_per_class"]
@@ -101,7 +450,8 @@ def format_table(summary: Dict[str, dict], skipped: Dict[str, int]) -> str:
                 str(s["ranks"]),
                 *shares,
                 *(str(passes[c]) if passes else "-" for c in CLASSES),
-                ", ".join(s["torch"]),
+                ", ".join(s["torch"]) or "-",
+                _left_out_text(s["left_out"]),
             ]
         )
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
@@ -110,66 +460,136 @@ def format_table(summary: Dict[str, dict], skipped: Dict[str, int]) -> str:
     ]
     lines.append("")
     lines.append(
-        "multidevice / gpu_cpu: processes that emitted the event; passes per class: summed "
-        "over processes that ran with PYTORCH_AUTOGRAD_DEVICE_STATS=1 ('-': none did)"
+        "processes: those that ran a backward pass (a restarted rank once); multidevice / "
+        "gpu_cpu: those whose passes raised the event; passes per class: summed over "
+        "processes that ran with PYTORCH_AUTOGRAD_DEVICE_STATS=1 ('-': none did)"
     )
+    reasons = Counter()
+    for s in summary.values() if ALL_JOBS not in summary else [summary[ALL_JOBS]]:
+        reasons.update({k: v for k, v in s["left_out"].items() if k.startswith("disabled: ")})
+    for reason, count in sorted(reasons.items()):
+        lines.append(f"left out, {count} process{'es' if count != 1 else ''} {reason}")
+    if report.get("filtered"):
+        lines.append(f"{report['filtered']} records outside --since/--until/--job")
     for reason, count in skipped.items():
-        if count:
-            lines.append(f"{count} {reason} record{'s' if count != 1 else ''} skipped")
+        lines.append(f"{count} record{'s' if count != 1 else ''} skipped: {reason}")
     return "\n".join(lines)
 
 
-def plot(summary: Dict[str, dict], path: str) -> None:
+def plot(report: dict, path: str, top: int = 30) -> None:
+    """The share of backward-running processes with each event, per torch
+    release and overall; then passes per class for the `top` jobs with the
+    most passes (the rest summed), on a log axis. Jobs without statistics are
+    not drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
-    jobs = sorted(j for j in summary if j != ALL_JOBS)
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.2 * len(jobs) + 4), 4.5))
-    width = 0.8 / len(CLASSES)
-    for i, c in enumerate(CLASSES):
-        values = [(summary[j]["passes_per_class"] or {}).get(c, 0) for j in jobs]
-        ax.bar([x + (i - 1.5) * width for x in range(len(jobs))], values, width, label=c)
-    ax.set_xticks(range(len(jobs)))
-    ax.set_xticklabels(jobs, rotation=20, ha="right")
-    ax.set_xlabel("job")
-    ax.set_ylabel("backward passes")
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts
-    ax.set_title("Backward passes per device class, per job")
-    ax.legend(title="pass class", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    releases = dict(report["releases"])
+    everything = report["jobs"].get(ALL_JOBS)
+    groups = list(releases.items())
+    if everything is not None:
+        groups.append(("all", everything))
+    jobs = [
+        (job, s["passes_per_class"])
+        for job, s in report["jobs"].items()
+        if job != ALL_JOBS and s["passes_per_class"]
+    ]
+    jobs.sort(key=lambda item: (-sum(item[1].values()), item[0]))
+    if len(jobs) > top:
+        rest = jobs[top:]
+        summed = {c: sum(p[c] for _, p in rest) for c in CLASSES}
+        jobs = jobs[:top] + [(f"{len(rest)} other jobs", summed)]
+    fig, (shares, passes) = plt.subplots(
+        2, 1, figsize=(max(8.0, 0.5 * len(jobs) + 4), 9), gridspec_kw={"height_ratios": [2, 3]}
+    )
+    width = 0.38
+    for i, event in enumerate(("multidevice", "gpu_cpu")):
+        values = [
+            100.0 * g["processes_with"][event] / g["processes"] if g["processes"] else 0.0
+            for _, g in groups
+        ]
+        bars = shares.bar([x + (i - 0.5) * width for x in range(len(groups))], values, width)
+        bars.set_label(event)
+    shares.set_xticks(range(len(groups)))
+    shares.set_xticklabels(
+        [
+            f"{'all releases' if i == len(releases) else 'torch ' + name}\n"
+            f"({g['processes']} processes)"
+            for i, (name, g) in enumerate(groups)
+        ]
+    )
+    shares.set_ylabel("% of processes that ran backward")
+    shares.set_ylim(0, 100)
+    shares.set_title("Processes whose backward passes raised each event")
+    shares.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if jobs:
+        width = 0.8 / len(CLASSES)
+        for i, c in enumerate(CLASSES):
+            xs = [x + (i - 1.5) * width for x in range(len(jobs))]
+            passes.bar(xs, [max(p[c], 0) for _, p in jobs], width, label=c)
+        passes.set_yscale("symlog", linthresh=1)
+        passes.set_xticks(range(len(jobs)))
+        passes.set_xticklabels([j[:32] for j, _ in jobs], rotation=30, ha="right")
+        passes.legend(title="pass class", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        passes.set_title(f"Backward passes per class, the {min(len(jobs), top)} jobs with most")
+    else:
+        passes.text(0.5, 0.5, "no job ran with PYTORCH_AUTOGRAD_DEVICE_STATS=1", ha="center")
+        passes.set_axis_off()
+    passes.set_ylabel("backward passes (log)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def main(argv=None, prog=None) -> int:
+def make_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("directory", metavar="DIR", help="the directory of records")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
-        "--plot", metavar="PNG", help="also draw passes per class per job (needs matplotlib)"
+        "--plot", metavar="PNG", help="also draw the shares and the passes per class (matplotlib)"
     )
+    parser.add_argument(
+        "--since",
+        metavar="WHEN",
+        type=_when,
+        help="only processes started at or after WHEN (ISO 8601)",
+    )
+    parser.add_argument(
+        "--until", metavar="WHEN", type=_when, help="only processes started at or before WHEN"
+    )
+    parser.add_argument("--job", metavar="NAME", action="append", help="only this job (repeatable)")
+    return parser
+
+
+def main(argv=None, prog=None) -> int:
+    parser = make_parser(prog)
     args = parser.parse_args(argv)
     if not os.path.isdir(args.directory):
         print(f"{parser.prog}: {args.directory!r} is not a directory", file=sys.stderr)
         return 2
-    records, skipped = load_records(args.directory)
-    summary = summarize(records)
+    report = summarize_directory(args.directory, args.since, args.until, args.job)
+    if not report["jobs"]:
+        skipped = sum(report["skipped"].values()) + report["filtered"]
+        print(
+            f"{parser.prog}: no records to report in {args.directory}"
+            + (f" ({skipped} files skipped or filtered out)" if skipped else ""),
+            file=sys.stderr,
+        )
+        return 1
     if args.json:
-        print(json.dumps({"jobs": summary, "skipped": skipped}, indent=2, sort_keys=True))
+        print(json.dumps(report, indent=2, sort_keys=True))
     else:
-        print(format_table(summary, skipped))
+        print(format_table(report))
     if args.plot:
         try:
-            plot(summary, args.plot)
+            plot(report, args.plot)
         except ImportError:
             print(
-                f"{parser.prog}: --plot needs matplotlib: pip install matplotlib",
-                file=sys.stderr,
+                f"{parser.prog}: --plot needs matplotlib: pip install matplotlib", file=sys.stderr
             )
             return 2
     return 0

@@ -1,0 +1,323 @@
+# Owner(s): ["module: autograd"]
+"""The fleet report as a reader of record directories: offline (no torch,
+no library, nothing written), never failing on what a directory holds,
+accepting exactly what schema/process_record.schema.json accepts, counting
+the processes that ran backward (a restarted rank once), filtering, and
+agreeing with DuckDB's read_json on the same records. Hypothesis keeps no
+example database (database=None): tests write nothing into the checkout.
+"""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import duckdb
+import hypothesis
+import hypothesis.strategies as st
+import jsonschema
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+TEST_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, TEST_DIR)
+
+from test_autograd_device_logging import LIBRARY, PACKAGE_ROOT, require_built  # noqa: E402
+from test_fleet_report import (  # noqa: E402
+    RECORD_SCHEMA,
+    child_env,
+    fleet_report_module,
+    synthetic_record,
+)
+
+report_module = fleet_report_module()
+MULTIDEVICE = "torch.autograd.multidevice_backward"
+GPU_CPU = "torch.autograd.gpu_cpu_backward"
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+FIELDS = sorted(synthetic_record())
+
+
+def mutated_records():
+    """Valid records with some fields deleted or replaced by any JSON, or
+    given plausible wrong values."""
+    plausible = st.sampled_from(
+        [None, "", "x", "2.0", "2.1", "3.0", "1.0", 1, 0, -1, 2.0, 2.5, True, [], {}, [MULTIDEVICE]]
+        + [[MULTIDEVICE, MULTIDEVICE], ["torch.autograd.other"], {"running": 1}]
+        + [{"cpu_only": 1}, "2026-12-01T09:00:00Z\n", "rank", "agent", "torch", 2**64]
+    )
+    return st.builds(
+        lambda base, changes, dropped: {
+            **{k: v for k, v in base.items() if k not in dropped},
+            **changes,
+        },
+        st.just(synthetic_record()),
+        st.dictionaries(st.sampled_from(FIELDS + ["extra"]), JSON | plausible, max_size=3),
+        st.sets(st.sampled_from(FIELDS), max_size=2),
+    )
+
+
+def accepted(record):
+    try:
+        report_module.parse_record(record)
+        return True
+    except report_module.Skip:
+        return False
+
+
+class TestFleetReportReader(TestCase):
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = os.path.join(self.tmp.name, "records")
+        os.makedirs(self.dir)
+
+    def write(self, *records, start=0):
+        for i, record in enumerate(records, start):
+            with open(os.path.join(self.dir, f"r{i}.json"), "w") as f:
+                json.dump(record, f)
+
+    def report(self, *args, python_args=(), env=None):
+        return subprocess.run(
+            [sys.executable, *python_args, "-m", "autograd_device_logging", "report", *args],
+            env=env or child_env(self.dir),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    def test_runs_offline(self):
+        # A record from a real process, then the report: without site (so
+        # without torch), with the dynamic linker listing what it loads, and
+        # with the variables that would make a process write a record and
+        # print statistics.
+        require_built(self, LIBRARY)
+        proc = subprocess.run(
+            [sys.executable, "-c", "import autograd_device_logging, torch"],
+            env=child_env(self.dir),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        before = sorted(os.listdir(self.dir))
+        env = dict(
+            child_env(self.dir, PYTORCH_AUTOGRAD_DEVICE_STATS="1", LD_DEBUG="files"),
+            PYTHONPATH=PACKAGE_ROOT,
+        )
+        proc = self.report(self.dir, python_args=["-S"], env=env)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+        self.assertIn("(all jobs)", proc.stdout)
+        loaded = [line for line in proc.stderr.splitlines() if "file=" in line]
+        self.assertTrue(loaded, "LD_DEBUG=files listed nothing")
+        for name in ("libautograd_device_logging", "libtorch", "libc10"):
+            self.assertFalse([line for line in loaded if name in line], name)
+        self.assertNotIn("autograd device stats", proc.stderr)
+        self.assertEqual(sorted(os.listdir(self.dir)), before)
+
+    def test_console_script_runs_offline(self):
+        script = os.path.join(self.tmp.name, "autograd-device-logging-report")
+        with open(script, "w") as f:
+            f.write(
+                "import sys\n"
+                "from autograd_device_logging.fleet_report import main\n"
+                "print('LOADED' if sys.modules['autograd_device_logging']._lib else 'OFFLINE')\n"
+                "sys.exit(main())\n"
+            )
+        self.write(synthetic_record())
+        proc = subprocess.run(
+            [sys.executable, script, self.dir],
+            env=child_env(self.dir),
+            capture_output=True,
+            text=True,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertTrue(proc.stdout.startswith("OFFLINE\n"), proc.stdout)
+
+    def test_empty_directory_is_one_line_and_status_1(self):
+        proc = self.report(self.dir)
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(proc.stdout, "")
+        self.assertEqual(len(proc.stderr.splitlines()), 1, proc.stderr)
+        self.assertIn("no records to report in", proc.stderr)
+        proc = self.report(os.path.join(self.dir, "missing"))
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("is not a directory", proc.stderr)
+
+    @hypothesis.settings(max_examples=300, deadline=None, database=None)
+    @hypothesis.given(JSON | mutated_records())
+    def test_any_json_is_read_or_skipped(self, value):
+        # In-process over a directory of one file: never raises, and the
+        # file is either counted (reported or left out) or skipped.
+        for name in os.listdir(self.dir):
+            os.remove(os.path.join(self.dir, name))
+        with open(os.path.join(self.dir, "r.json"), "w") as f:
+            json.dump(value, f)
+        result = report_module.summarize_directory(self.dir)
+        report_module.format_table(result)
+        json.dumps(result)
+        counted = sum(
+            s["processes"] + sum(s["left_out"].values())
+            for job, s in result["jobs"].items()
+            if job != report_module.ALL_JOBS
+        )
+        self.assertEqual(counted + sum(result["skipped"].values()), 1)
+
+    @hypothesis.settings(max_examples=100, deadline=None, database=None)
+    @hypothesis.given(st.binary(max_size=64))
+    def test_any_bytes_are_read_or_skipped(self, data):
+        with open(os.path.join(self.dir, "r.json"), "wb") as f:
+            f.write(data)
+        result = report_module.summarize_directory(self.dir)
+        self.assertEqual(sum(result["skipped"].values()) + len(result["jobs"]) // 2, 1)
+
+    @hypothesis.settings(max_examples=1500, deadline=None, database=None)
+    @hypothesis.given(mutated_records())
+    def test_reader_accepts_exactly_what_the_schema_accepts(self, record):
+        hypothesis.assume(record.get("schema") != 1 or isinstance(record.get("schema"), bool))
+        valid = jsonschema.Draft202012Validator(RECORD_SCHEMA).is_valid(record)
+        self.assertEqual(accepted(record), valid, record)
+
+    def test_nesting_and_sizes_are_skipped(self):
+        with open(os.path.join(self.dir, "deep.json"), "w") as f:
+            f.write("[" * 100000 + "]" * 100000)
+        with open(os.path.join(self.dir, "big.json"), "w") as f:
+            json.dump({**synthetic_record(), "program": "x" * (2 << 20)}, f)
+        with open(os.path.join(self.dir, "digits.json"), "w") as f:
+            f.write('{"schema": "2.0", "pid": ' + "9" * 5000 + "}")
+        result = report_module.summarize_directory(self.dir)
+        self.assertEqual(result["skipped"], {"too large": 1, "unreadable": 2})
+
+    def test_denominator_is_processes_that_ran_backward(self):
+        self.write(
+            synthetic_record(pid=1, events=[GPU_CPU]),
+            synthetic_record(pid=2),
+            synthetic_record(pid=3, role="agent", ran_backward=False),
+            synthetic_record(pid=4, ran_backward=False),
+            synthetic_record(pid=5, disabled_reason="it was built for torch 2.12.0 ..."),
+            # Rank 0 restarted: three records, one rank, both events.
+            synthetic_record(pid=6, role="rank", rank=0, events=[MULTIDEVICE]),
+            synthetic_record(pid=7, role="rank", rank=0, events=[GPU_CPU]),
+            synthetic_record(pid=8, role="rank", rank=0, events=[]),
+            synthetic_record(pid=9, role="rank", rank=1, events=[]),
+            synthetic_record(pid=10, role="rank", rank=0, host="h2", events=[]),
+        )
+        job = report_module.summarize_directory(self.dir)["jobs"]["j"]
+        self.assertEqual(job["processes"], 5)  # pids 1, 2; ranks (h, 0), (h, 1), (h2, 0)
+        self.assertEqual(job["ranks"], 3)
+        self.assertEqual(job["processes_with"], {"multidevice": 1, "gpu_cpu": 2})
+        self.assertEqual(
+            job["left_out"],
+            {
+                "disabled: it was built for torch 2.12.0 ...": 1,
+                "no backward pass": 1,
+                "torchrun agent": 1,
+            },
+        )
+        table = report_module.format_table(report_module.summarize_directory(self.dir))
+        self.assertRegex(
+            table, r"\nj +5 +3 +1/5 \(20%\) +2/5 \(40%\) .* 1 agent, 1 no backward, 1 disabled"
+        )
+        self.assertIn("left out, 1 process disabled: it was built for torch 2.12.0", table)
+
+    def test_first_format_records_still_count(self):
+        first = {
+            "schema": 1,
+            "job": "old",
+            "pid": 4,
+            "host": "h",
+            "rank": None,
+            "events": [GPU_CPU],
+            "pass_classes": None,
+            "passes_classified": 1,
+            "torch": {"built_for": "2.13.0", "running": "2.13.0"},
+            "disabled_reason": None,
+        }
+        self.write(first)
+        job = report_module.summarize_directory(self.dir)["jobs"]["old"]
+        self.assertEqual((job["processes"], job["processes_with"]["gpu_cpu"]), (1, 1))
+
+    def test_filters(self):
+        self.write(
+            synthetic_record(job="a", start_time="2026-11-01T00:00:00Z"),
+            synthetic_record(job="a", pid=2, start_time="2026-11-15T12:00:00Z"),
+            synthetic_record(job="b", start_time="2026-11-20T00:00:00Z"),
+        )
+        since = self.report(self.dir, "--json", "--since", "2026-11-10")
+        self.assertEqual(since.returncode, 0, since.stderr)
+        jobs = json.loads(since.stdout)["jobs"]
+        self.assertEqual((jobs["a"]["processes"], jobs["b"]["processes"]), (1, 1))
+        window = json.loads(
+            self.report(
+                self.dir, "--json", "--until", "2026-11-16T00:00:00+00:00", "--job", "a"
+            ).stdout
+        )
+        self.assertEqual(set(window["jobs"]), {"a", "(all jobs)"})
+        self.assertEqual((window["jobs"]["a"]["processes"], window["filtered"]), (2, 1))
+
+    def test_duckdb_counts_the_same(self):
+        # The README's query over the same records, as an existing engine
+        # reads them.
+        self.write(
+            synthetic_record(job="a", pid=1, events=[GPU_CPU]),
+            synthetic_record(job="a", pid=2, role="agent", ran_backward=False),
+            synthetic_record(job="a", pid=3, role="rank", rank=0, events=[MULTIDEVICE]),
+            synthetic_record(job="a", pid=4, role="rank", rank=0, events=[GPU_CPU]),
+            synthetic_record(job="b", pid=5, disabled_reason="why"),
+            synthetic_record(job="b", pid=6, ran_backward=False),
+            synthetic_record(job="b", pid=7, events=[MULTIDEVICE, GPU_CPU]),
+        )
+        with open(os.path.join(os.path.dirname(TEST_DIR), "docs", "fleet-report.sql")) as f:
+            query = f.read().replace("'records/*.json'", repr(os.path.join(self.dir, "*.json")))
+        rows = duckdb.sql(query).fetchall()
+        jobs = report_module.summarize_directory(self.dir)["jobs"]
+        expected = [
+            (j, s["processes"], s["processes_with"]["multidevice"], s["processes_with"]["gpu_cpu"])
+            for j, s in sorted(jobs.items())
+            if j != report_module.ALL_JOBS
+        ]
+        self.assertEqual(rows, expected)
+
+    def test_plot_of_ten_thousand_jobs(self):
+        records = [
+            synthetic_record(
+                job=f"job-{i:05d}",
+                pid=i,
+                events=[GPU_CPU] if i % 3 == 0 else [],
+                torch={"running": "2.13.0" if i % 2 else "2.15.0"},
+                pass_classes=(
+                    {
+                        "cpu_only": i,
+                        "single_accelerator": 10 * i,
+                        "accelerator_cpu": i % 7,
+                        "multi_accelerator": 1 if i % 97 == 0 else 0,
+                    }
+                    if i % 5
+                    else None
+                ),
+            )
+            for i in range(10000)
+        ]
+        self.write(*records)
+        png = os.path.join(self.tmp.name, "fleet.png")
+        proc = self.report(self.dir, "--plot", png)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(png, "rb") as f:
+            header = f.read(24)
+        self.assertEqual(header[:8], b"\x89PNG\r\n\x1a\n")
+        width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+        self.assertLess(width * height, 4000 * 4000)
+
+
+if __name__ == "__main__":
+    run_tests()
