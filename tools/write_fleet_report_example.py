@@ -1,13 +1,16 @@
 """Writes the README's fleet-report example and docs/fleet-report.png.
 
     python tools/write_fleet_report_example.py [--build build]
+        [--also PYTHON BUILD ...]
 
 Run it with the pinned venv's Python (it has matplotlib). It runs the demo's
 scenarios with a shared record directory (demo/run_demo.py --report DIR: a
-job per scenario, statistics on), then
+job per scenario, statistics on), once with this Python and the build in
+--build and once more for each --also pair (another torch release's Python
+and a build against it, e.g. tools/torch_matrix.py --keep's), then
 `python -m autograd_device_logging report DIR --plot docs/fleet-report.png`,
-and puts the table, with the date and machine, between the README's
-fleet-report markers.
+and puts the table, with the date, machine and torch releases, between the
+README's fleet-report markers.
 """
 
 import argparse
@@ -27,27 +30,46 @@ END = "<!-- /fleet-report-example -->"
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", default=os.path.join(REPO, "build"))
+    parser.add_argument(
+        "--also",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("PYTHON", "BUILD"),
+        help="run the demo again with this Python and a build against its torch",
+    )
     args = parser.parse_args()
-    build = os.path.abspath(args.build)
+    runs = [(sys.executable, os.path.abspath(args.build))]
+    runs += [(python, os.path.abspath(build)) for python, build in args.also]
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    env["PYTHONPATH"] = os.path.join(build, "python")
+    env["PYTHONPATH"] = os.path.join(runs[0][1], "python")
+    releases = []
     with tempfile.TemporaryDirectory() as records:
-        demo = subprocess.run(
-            [
-                sys.executable,
-                os.path.join(REPO, "demo", "run_demo.py"),
-                "--build",
-                build,
-                "--report",
-                records,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        print(demo.stdout)
-        if demo.returncode != 0:
-            sys.exit(f"the demo failed:\n{demo.stderr}")
+        for python, build in runs:
+            releases.append(
+                subprocess.run(
+                    [python, "-c", "import torch; print(torch.__version__)"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout.strip()
+            )
+            demo = subprocess.run(
+                [
+                    python,
+                    os.path.join(REPO, "demo", "run_demo.py"),
+                    "--build",
+                    build,
+                    "--report",
+                    records,
+                ],
+                env=dict(env, PYTHONPATH=os.path.join(build, "python")),
+                capture_output=True,
+                text=True,
+            )
+            print(demo.stdout)
+            if demo.returncode != 0:
+                sys.exit(f"the demo failed with {python}:\n{demo.stderr}")
         png = os.path.join(REPO, "docs", "fleet-report.png")
         report = subprocess.run(
             [sys.executable, "-m", "autograd_device_logging", "report", records, "--plot", png],
@@ -56,21 +78,23 @@ def main():
             text=True,
             check=True,
         ).stdout
-    import torch
-
     block = "\n".join(
         [
             BEGIN,
-            f"`python tools/write_fleet_report_example.py` on "
+            f"`python tools/write_fleet_report_example.py"
+            + "".join(" --also PYTHON BUILD" for _ in args.also)
+            + "` on "
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} "
-            f"({platform.machine()}, torch {torch.__version__}): the demo's scenarios, "
-            "each a job, on the test accelerator, with a shared record directory:",
+            f"({platform.machine()}, torch {' and '.join(releases)}): the demo's scenarios, "
+            "each a job, on the test accelerator, once per torch release, with one shared "
+            "record directory:",
             "",
             "```",
             report.rstrip("\n"),
             "```",
             "",
-            "![Backward passes per device class, per job](docs/fleet-report.png)",
+            "![The share of processes with each event per torch release; passes per class "
+            "per job](docs/fleet-report.png)",
             END,
         ]
     )
