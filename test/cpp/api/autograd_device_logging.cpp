@@ -508,7 +508,12 @@ TEST(PatchedComputeDependencies, NoAcceleratorInProcessMeansNoInspection) {
   for (int i = 0; i < 10; ++i) {
     run_star_pass({cpu()}, {{cuda(0)}, {cuda(1)}});
   }
-  EXPECT_TRUE(recorder.events().empty());
+  // Torch 2.14+ logs by the metadata alone, even here, where no real pass
+  // could carry it (Note [The events' tests where torch logs them itself]).
+  if (!detail::kTorchLogsTheEvents) {
+    EXPECT_TRUE(recorder.events().empty());
+  }
+  EXPECT_EQ(device_logging_status().events_emitted, kNoBackwardDeviceEvent);
   EXPECT_EQ(device_logging_status().nodes_inspected, 0u);
   EXPECT_TRUE(device_logging_status().hook_has_run);
 }
