@@ -331,8 +331,15 @@ class TestFleetReport(TestCase):
             timeout=300,
         )
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
-        ranks = sorted(r["rank"] for r in self.records() if r["rank"] is not None)
-        self.assertEqual(ranks, [0, 1])
+        records = self.records()
+        self.assertEqual(sorted(r["rank"] for r in records if r["rank"] is not None), [0, 1])
+        # The launcher ran torchrun's agent in its own process: a record with
+        # the agent's role, left out of every denominator.
+        (agent,) = [r for r in records if r["rank"] is None]
+        self.assertEqual(agent["role"], "agent")
+        everything = self.summary()["jobs"]["(all jobs)"]
+        self.assertEqual(everything["processes"], 2)
+        self.assertEqual(everything["left_out"], {"torchrun agent": 1})
 
     def test_record_counts_every_classified_pass(self):
         # Five passes on one device raise no event, so each is classified,
