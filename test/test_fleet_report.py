@@ -500,6 +500,7 @@ class TestFleetReport(TestCase):
             env=child_env(self.dir),
             capture_output=True,
             text=True,
+            timeout=300,
         )
         self.assertEqual(proc.returncode, 2)
         self.assertTrue(
