@@ -167,7 +167,8 @@ def main():
         lines += [
             "",
             f"Target for 10^6 records: at most {TARGET_SECONDS:.0f} s and {TARGET_MB:.0f} MB; "
-            f"measured {largest[1]:.1f} s and {largest[2]:.0f} MB: " + ("met." if met else "MISSED."),
+            f"measured {largest[1]:.1f} s and {largest[2]:.0f} MB: "
+            + ("met." if met else "MISSED."),
         ]
     lines.append("")
     with open(args.output, "w") as f:

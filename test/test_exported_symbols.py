@@ -66,8 +66,12 @@ def exported_functions(library):
     ).stdout
     names = set()
     for line in out.splitlines():
-        # "ADDRESS TYPE NAME", NAME possibly with spaces.
-        name = line.split(maxsplit=2)[2]
+        # "ADDRESS TYPE NAME", NAME possibly with spaces. A lowercase type is
+        # a local symbol (some toolchains keep a few in .dynsym), which binds
+        # nothing outside the library; "u" is a unique global.
+        _, kind, name = line.split(maxsplit=2)
+        if kind.islower() and kind != "u":
+            continue
         names.add(re.sub(r"\[abi:\w+\]", "", name.split("(")[0]))
     return names
 

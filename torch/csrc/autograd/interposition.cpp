@@ -249,6 +249,10 @@ bool remove_this_library_from_ld_preload() {
 // (Note [Where torch logs the events itself]).
 void check_at_load() noexcept {
   try {
+    // Read while libtorch is alive: the record's exit handler reads it after
+    // libtorch's statics may be gone (at::show_config() then crashes, as it
+    // did on 2.0.1), so it must be cached now, whatever the checks decide.
+    (void)detail::running_torch_version();
     detail::preloaded = remove_this_library_from_ld_preload();
     detail::arm_process_record_from_environment();
     if (detail::env_flag("PYTORCH_AUTOGRAD_DEVICE_STATS", false)) {
