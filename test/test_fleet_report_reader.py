@@ -4,18 +4,22 @@ no library, nothing written), never failing on what a directory holds,
 accepting exactly what schema/process_record.schema.json accepts, counting
 the processes that ran backward (a restarted rank once), filtering, and
 agreeing with DuckDB's read_json on the same records. Hypothesis keeps no
-example database (database=None): tests write nothing into the checkout.
+example database (database=None) and its caches in a temporary directory:
+tests write nothing into the checkout.
 """
 
+import atexit
 import collections
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 
 import duckdb
 import hypothesis
+import hypothesis.configuration
 import hypothesis.strategies as st
 import jsonschema
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -30,6 +34,12 @@ from test_fleet_report import (  # noqa: E402
     fleet_report_module,
     synthetic_record,
 )
+
+# Hypothesis keeps caches (its Unicode tables) in ./.hypothesis unless told
+# otherwise: tests write nothing into the checkout.
+_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="adl-hypothesis-")
+hypothesis.configuration.set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
 
 report_module = fleet_report_module()
 MULTIDEVICE = "torch.autograd.multidevice_backward"
