@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include <c10/core/AutogradState.h>
 #include <c10/util/Logging.h>
 
 #include <gtest/gtest.h>
@@ -379,6 +380,91 @@ TEST(DeviceStats, CountExactlyUnderConcurrentPasses) {
   EXPECT_EQ(stats.accelerator_cpu, kThreads * kRounds);
   EXPECT_EQ(stats.multi_accelerator, 2 * kThreads * kRounds);
   EXPECT_EQ(stats.max_accelerators_in_one_pass, 2);
+}
+
+// Through the C ABI the threading-cost measurement calls: the class of the
+// pass (-1: no census), the devices it spanned, the nodes it read.
+struct TakenCensus {
+  int device_class = -1;
+  std::string devices;
+  uint64_t nodes = 0;
+};
+
+TakenCensus take_census() {
+  TakenCensus taken;
+  char devices[128] = {};
+  taken.device_class = autograd_device_logging_take_pass_census(
+      devices, sizeof(devices), &taken.nodes);
+  taken.devices = devices;
+  return taken;
+}
+
+// Note [A census on request]: after both events fired, a requested pass is
+// still read in full, passes of other threads and later passes are not, and
+// the request is gone once taken.
+TEST(CensusOnRequest, ReadsTheRequestedPassAfterBothEventsFired) {
+  auto a = torch::ones({4}, torch::requires_grad());
+  ((a.to(kDevice0)).sum() + a.to(kDevice1).sum().to(kDevice0)).backward();
+  ASSERT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  const uint64_t inspected = device_logging_status().nodes_inspected;
+
+  EXPECT_EQ(take_census().device_class, -1); // nothing requested
+  ASSERT_EQ(autograd_device_logging_request_pass_census(), 1);
+  // Another thread's pass does not take this thread's request.
+  std::thread([] {
+    auto x = leaf(kDevice0);
+    (x * 2).sum().backward();
+  }).join();
+  EXPECT_EQ(device_logging_status().nodes_inspected, inspected);
+  auto b = leaf(kDevice1);
+  (b.to(kDevice0) * 2).sum().backward();
+  const TakenCensus taken = take_census();
+  EXPECT_EQ(
+      taken.device_class,
+      static_cast<int>(BackwardDeviceClass::kMultiAccelerator));
+  EXPECT_EQ(taken.devices, "testaccel:0,testaccel:1");
+  EXPECT_EQ(taken.nodes, device_logging_status().nodes_inspected - inspected);
+  EXPECT_GT(taken.nodes, 0u);
+
+  // Taken once; the next pass is not read.
+  const uint64_t after = device_logging_status().nodes_inspected;
+  EXPECT_EQ(take_census().device_class, -1);
+  (leaf(kDevice0) * 2).sum().backward();
+  EXPECT_EQ(device_logging_status().nodes_inspected, after);
+}
+
+TEST(CensusOnRequest, ClassifiesACpuOnlyPass) {
+  ASSERT_EQ(autograd_device_logging_request_pass_census(), 1);
+  (torch::ones({3}, torch::requires_grad()) * 2).sum().backward();
+  const TakenCensus taken = take_census();
+  EXPECT_EQ(
+      taken.device_class, static_cast<int>(BackwardDeviceClass::kCpuOnly));
+  EXPECT_EQ(taken.devices, "");
+}
+
+TEST(CensusOnRequest, WithdrawnRequestLeavesThePassAlone) {
+  auto a = torch::ones({4}, torch::requires_grad());
+  ((a.to(kDevice0)).sum() + a.to(kDevice1).sum().to(kDevice0)).backward();
+  ASSERT_EQ(autograd_device_logging_request_pass_census(), 1);
+  EXPECT_EQ(take_census().device_class, -1); // withdraws it
+  const uint64_t inspected = device_logging_status().nodes_inspected;
+  (leaf(kDevice0) * 2).sum().backward();
+  EXPECT_EQ(device_logging_status().nodes_inspected, inspected);
+}
+
+// The mode the engine reads: the flag torch's own setter sets, per thread.
+TEST(MultithreadingMode, SetAndRestoredThroughAutogradState) {
+  EXPECT_EQ(autograd_device_logging_multithreading_enabled(), 1);
+  EXPECT_EQ(autograd_device_logging_set_multithreading_enabled(0), 1);
+  EXPECT_FALSE(
+      c10::AutogradState::get_tls_state().get_multithreading_enabled());
+  int other = 0;
+  std::thread([&] {
+    other = autograd_device_logging_multithreading_enabled();
+  }).join();
+  EXPECT_EQ(other, 1);
+  EXPECT_EQ(autograd_device_logging_set_multithreading_enabled(1), 0);
+  EXPECT_EQ(autograd_device_logging_multithreading_enabled(), 1);
 }
 
 TEST(DeviceStats, SummaryText) {

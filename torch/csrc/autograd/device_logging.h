@@ -5,6 +5,7 @@
 // and why it is disabled if it is. A C ABI mirror (for ctypes) is declared at
 // the bottom.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -87,6 +88,12 @@ AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_set_record_program(
     const char* program);
 AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_set_record_activation(
     const char* how);
+// The record's `threading_cost` (Note [The per-process record]): a JSON
+// object, or nullptr for none; writes the record at once. 1 when written, 0
+// when not (no directory, or the write failed), -1 when `json` is not a JSON
+// object.
+AUTOGRAD_DEVICE_LOGGING_API int
+autograd_device_logging_set_record_threading_cost(const char* json);
 // Writes the record now rather than at exit (for processes that end with
 // _exit); 1 when written.
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_write_process_record(
@@ -95,6 +102,27 @@ AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_write_process_record(
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_torch_logs_events(void);
 // 1 when LD_PRELOAD named this library as it was loaded, else 0.
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_loaded_by_preload(void);
+// The threading-cost measurement's calls around a sampled pass
+// (sampled_pass.h, internal). The calling thread's multithreading mode
+// (c10::AutogradState, what the engine reads), and its setter, which returns
+// the previous mode (1 on, 0 off).
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_multithreading_enabled(
+    void);
+AUTOGRAD_DEVICE_LOGGING_API int
+autograd_device_logging_set_multithreading_enabled(int enabled);
+// Asks for the census of the calling thread's next backward pass (Note [A
+// census on request]): 1 when asked, 0 when the library is disabled.
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_request_pass_census(
+    void);
+// Withdraws the request and returns the census that pass took: its
+// BackwardDeviceClass (0 cpu_only, 1 single_accelerator, 2 accelerator_cpu,
+// 3 multi_accelerator), or -1 when none was taken. `devices` receives the
+// accelerator devices the pass spanned, comma-separated ("cuda:0,cuda:1"),
+// truncated to `size` bytes with a terminating NUL; `nodes` the nodes read.
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_take_pass_census(
+    char* devices,
+    size_t size,
+    uint64_t* nodes);
 // reset_emitted_events_for_testing above, for ctypes.
 AUTOGRAD_DEVICE_LOGGING_API void
 autograd_device_logging_reset_emitted_events_for_testing(unsigned events);

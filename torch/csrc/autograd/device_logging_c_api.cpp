@@ -75,6 +75,10 @@ void autograd_device_logging_set_record_activation(const char* how) {
   device_logging::detail::set_record_activation(how);
 }
 
+int autograd_device_logging_set_record_threading_cost(const char* json) {
+  return device_logging::detail::set_record_threading_cost(json);
+}
+
 int autograd_device_logging_write_process_record(void) {
   return device_logging::detail::write_process_record() ? 1 : 0;
 }

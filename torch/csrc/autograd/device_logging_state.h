@@ -44,7 +44,8 @@ constexpr bool kTorchLogsTheEvents = false;
 // inspection (the event was emitted, or the library is disabled), a bit for
 // the opt-in statistics, one for "disabled", one for "the hook has run", one
 // for "an accelerator device was seen" (Note [Skipping processes without
-// accelerators], pass_logging.cpp) and one for a test's injected fault. After
+// accelerators], pass_logging.cpp), one for a test's injected fault and one
+// for a pending census request (sampled_pass.h). After
 // libtorch's walk, engine.cpp does one relaxed load of it; when it is exactly
 // kNothingLeftToLog (both events done, which only a pass that saw an
 // accelerator can do, the hook has run, statistics off, not disabled), the pass
@@ -61,6 +62,9 @@ constexpr uint8_t kStateAcceleratorSeen = 1u << 5;
 // A test installed a classifier fault (set_classifier_fault_for_testing), so
 // passes take the slow path, which runs it.
 constexpr uint8_t kStateFaultForTesting = 1u << 6;
+// Some thread asked for the census of its next pass (sampled_pass.h),
+// so passes take the slow path, which takes it.
+constexpr uint8_t kStateCensusRequested = 1u << 7;
 constexpr uint8_t kStateAllEventsDone =
     kStateMultiDeviceDone | kStateGpuCpuDone;
 constexpr uint8_t kNothingLeftToLog =

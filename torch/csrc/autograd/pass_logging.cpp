@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/backward_device_classifier.h>
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats_recording.h>
+#include <torch/csrc/autograd/sampled_pass.h>
 #include <torch/csrc/autograd/process_record.h>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -159,10 +160,44 @@ void classify_off_the_fast_path(
   });
 }
 
+// A pass whose thread asked for its census (Note [A census on request]):
+// the whole pass is read, whatever the once-per-process state says, and the
+// census kept for the thread; the events and statistics are fed as on any
+// other pass. Never throws: any failure disables the library.
+C10_NOINLINE void take_requested_census(
+    const Node* root,
+    const GraphTask& task,
+    uint64_t min_topo_nr,
+    uint8_t current) noexcept {
+  detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
+  or_disable([&] {
+    if (C10_UNLIKELY(current & detail::kStateFaultForTesting)) {
+      if (const ClassifierFaultForTesting fault =
+              classifier_fault_for_testing.load(std::memory_order_relaxed)) {
+        fault();
+      }
+    }
+    const PassDeviceCensus census =
+        census_backward_pass(root, task.nodes_in_graph_, min_topo_nr);
+    detail::keep_census_on_this_thread(census);
+    detail::nodes_inspected.fetch_add(
+        census.nodes_inspected, std::memory_order_relaxed);
+    if (current & detail::kStateStatsEnabled) {
+      detail::record_backward_pass(
+          census.device_class(), census.num_accelerators);
+    }
+    const uint8_t decided =
+        census.events() & kAllBackwardDeviceEvents & ~current;
+    if (decided != kNoBackwardDeviceEvent) {
+      emit(decided);
+    }
+  });
+}
+
 // Every pass that is not the common one (Note [The per-pass fast path]): the
 // first pass, passes with statistics on, passes of a disabled library,
-// passes of a process where no accelerator was seen yet, and passes under a
-// test's injected fault.
+// passes of a process where no accelerator was seen yet, passes under a
+// test's injected fault, and passes while some thread requested a census.
 C10_NOINLINE void log_backward_devices_slow(
     const Node* root,
     const GraphTask& task,
@@ -176,6 +211,12 @@ C10_NOINLINE void log_backward_devices_slow(
       // The process's first backward pass (Note [The per-process record]).
       detail::record_first_backward_pass();
     }
+  }
+  if (C10_UNLIKELY(current & detail::kStateCensusRequested) &&
+      !(current & detail::kStateDisabled) &&
+      detail::census_requested_on_this_thread()) {
+    take_requested_census(root, task, min_topo_nr, current);
+    return;
   }
   const bool stats = current & detail::kStateStatsEnabled;
   if (((current & kAllBackwardDeviceEvents) == kAllBackwardDeviceEvents &&
@@ -254,19 +295,20 @@ C10_ALWAYS_INLINE void classify_on_the_fast_path(
 // both events fired takes the same way: one load of the state word, one
 // compare under a mask, and the classifier. Everything else (marking that
 // the hook ran, the accelerator scan, the statistics, a disabled library, a
-// test's injected fault) sits behind that one compare in a function of its
-// own, and a pass that leaves its root's device continues in another (Note
-// [A pass that stays on its root's device]). Every call this function makes
-// is a tail call, so the common pass (one device) runs with no stack frame
-// at all; this is what keeps a 10-node pass under upstream's own per-pass
-// cost.
+// test's injected fault, a requested census) sits behind that one compare in a
+// function of its own, and a pass that leaves its root's device continues in
+// another (Note [A pass that stays on its root's device]). Every call this
+// function makes is a tail call, so the common pass (one device) runs with no
+// stack frame at all; this is what keeps a 10-node pass under upstream's own
+// per-pass cost.
 void log_backward_devices(
     const Node* root,
     const GraphTask& task,
     uint64_t min_topo_nr) noexcept {
   constexpr uint8_t kFastPathMask = detail::kStateHookHasRun |
       detail::kStateAcceleratorSeen | detail::kStateStatsEnabled |
-      detail::kStateDisabled | detail::kStateFaultForTesting;
+      detail::kStateDisabled | detail::kStateFaultForTesting |
+      detail::kStateCensusRequested;
   constexpr uint8_t kFastPath =
       detail::kStateHookHasRun | detail::kStateAcceleratorSeen;
   const uint8_t current = state.load(std::memory_order_relaxed);

@@ -40,13 +40,15 @@ namespace {
 // Note [One schema for the record]: schema/process_record.schema.json. A
 // new field that readers may ignore is a new minor version; anything else
 // (a field removed, renamed or given another meaning) a new major one.
-constexpr const char* kRecordSchema = "2.0";
+constexpr const char* kRecordSchema = "2.1";
 
 struct RecordSettings {
   std::mutex mutex;
   std::string dir;
   std::string program;
   std::string activation;
+  // What the threading-cost measurement found (null when it is off).
+  nlohmann::json threading_cost;
   // The record's file name, fixed per process (recomputed after fork()).
   std::string file_name;
   pid_t file_pid = 0;
@@ -228,6 +230,7 @@ nlohmann::json accelerators_seen() {
 nlohmann::json make_record(
     const std::string& program,
     const std::string& activation,
+    const nlohmann::json& threading_cost,
     const char* occasion) {
   nlohmann::json r;
   r["schema"] = kRecordSchema;
@@ -273,6 +276,7 @@ nlohmann::json make_record(
   } else {
     r["pass_classes"] = nullptr;
   }
+  r["threading_cost"] = threading_cost;
   const std::string* reason = disabled_reason();
   r["disabled_reason"] =
       reason != nullptr ? nlohmann::json(*reason) : nlohmann::json(nullptr);
@@ -311,6 +315,24 @@ void set_record_activation(const char* how) noexcept {
     std::lock_guard<std::mutex> lock(settings().mutex);
     settings().activation = how != nullptr ? how : "";
   } catch (...) {
+  }
+}
+
+int set_record_threading_cost(const char* json_text) noexcept {
+  try {
+    nlohmann::json value = json_text != nullptr
+        ? nlohmann::json::parse(json_text)
+        : nlohmann::json(nullptr);
+    if (!value.is_object() && !value.is_null()) {
+      return -1;
+    }
+    {
+      std::lock_guard<std::mutex> lock(settings().mutex);
+      settings().threading_cost = std::move(value);
+    }
+    return write_record("measurement") ? 1 : 0;
+  } catch (...) {
+    return -1;
   }
 }
 
@@ -400,6 +422,7 @@ bool write_record(const char* occasion) noexcept {
     std::lock_guard<std::mutex> writing(write_mutex());
     std::string program;
     std::string activation;
+    nlohmann::json threading_cost;
     std::string name;
     {
       std::lock_guard<std::mutex> lock(settings().mutex);
@@ -409,6 +432,7 @@ bool write_record(const char* occasion) noexcept {
       }
       program = settings().program;
       activation = settings().activation;
+      threading_cost = settings().threading_cost;
       if (settings().file_pid != getpid()) {
         settings().file_pid = getpid();
         settings().file_name = host_name() + "-" + std::to_string(getpid()) +
@@ -423,7 +447,7 @@ bool write_record(const char* occasion) noexcept {
       activation = loaded_by_preload() ? "by preload" : "linked";
     }
     const std::string text =
-        make_record(program, activation, occasion)
+        make_record(program, activation, threading_cost, occasion)
             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
         "\n";
     const std::string tmp_dir = dir + "/.tmp";

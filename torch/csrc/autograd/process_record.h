@@ -13,8 +13,9 @@ namespace torch::autograd::device_logging::detail {
 // directory: who the process was (host, pid, start time, program, job and
 // where the job's name came from, role, rank), which torch and library, how
 // the library came in, the accelerator devices it saw, whether it ran a
-// backward pass, the events its passes raised, and the per-class pass counts
-// when the statistics were on. Its format is schema/process_record.schema.json
+// backward pass, the events its passes raised, the per-class pass counts
+// when the statistics were on, and what the threading-cost measurement found
+// when it was on. Its format is schema/process_record.schema.json
 // (Note [One schema for the record]). The library writes it, not the Python
 // package, so C++ programs get records too.
 //
@@ -26,7 +27,8 @@ namespace torch::autograd::device_logging::detail {
 // (HOST-PID-STARTNS.json) atomically: the text goes to a temporary file in
 // DIR/.tmp, is fsync'ed, and is renamed into place. A process killed after
 // an event fired leaves a record that holds the event. At most three writes
-// happen during a run, none per pass after them, none by throwing; a
+// happen during a run (and one per measured pair while the threading-cost
+// measurement is on), none per pass after them, none by throwing; a
 // directory that cannot be written costs one warning and leaves the process
 // and its exit status alone. Temporary files that a killed writer left in
 // DIR/.tmp are removed by later writers on the same host (its process is
@@ -46,6 +48,15 @@ void set_report_dir(const char* dir) noexcept;
 // script or module rather than the interpreter) and how the library came in.
 void set_record_program(const char* program) noexcept;
 void set_record_activation(const char* how) noexcept;
+
+// What the threading-cost measurement found
+// (python/autograd_device_logging/threading_measurement.py), as a JSON object,
+// or nullptr for none: the record's `threading_cost`. The record is written
+// again at once, so that a measured pair survives SIGKILL; the measurement
+// calls this after a pair, never during a pass, and at most once per
+// measured pair. 1 when written, 0 when no directory is set or the write
+// failed, -1 when `json` is not a JSON object.
+int set_record_threading_cost(const char* json) noexcept;
 
 // Writes the record now; false when no directory is set, or, after one
 // warning, when it cannot be written.
