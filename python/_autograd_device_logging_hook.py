@@ -70,6 +70,8 @@ def load_before_torch():
 
         if not imported_before:
             autograd_device_logging._activated("on torch import")
+        # Note [Measuring from before torch is imported] (the package).
+        return autograd_device_logging._torch_spec()
     except Exception as e:  # never into `import torch`
         _warn(f"the import hook could not load the package ({type(e).__name__}: {e})")
     return None

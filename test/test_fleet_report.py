@@ -97,6 +97,16 @@ def synthetic_record(**fields):
     return record
 
 
+def only_record(test, directory):
+    """The one record in `directory`, checked against the schema."""
+    names = [n for n in os.listdir(directory) if n.endswith(".json")]
+    test.assertEqual(len(names), 1, names)
+    with open(os.path.join(directory, names[0])) as f:
+        record = json.load(f)
+    jsonschema.validate(record, RECORD_SCHEMA)
+    return record
+
+
 def fleet_report_module():
     """The report's module, without importing the package (which would load
     the library into this process)."""
@@ -189,7 +199,7 @@ class TestFleetReport(TestCase):
         self.assertEqual(len(records), len(plan))
         self.assertEqual(len({r["pid"] for r in records}), len(plan))
         for r in records:
-            self.assertEqual(r["schema"], "2.0")
+            self.assertEqual(r["schema"], "2.1")
             self.assertEqual(r["accelerators"], {"testaccel": 2})
             self.assertEqual(r["activated_by"], "by import")
             self.assertEqual(r["job_source"], "AUTOGRAD_DEVICE_LOGGING_JOB")

@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 
-import jsonschema
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 TEST_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -32,7 +31,7 @@ from test_autograd_device_logging import (  # noqa: E402
     WITH_TEST_ACCELERATOR,
     require_built,
 )
-from test_fleet_report import RECORD_SCHEMA, child_env  # noqa: E402
+from test_fleet_report import child_env, only_record  # noqa: E402
 
 GPU_CPU = "torch.autograd.gpu_cpu_backward"
 # Scheduler variables a test machine may itself have set.
@@ -76,12 +75,7 @@ class TestProcessRecord(TestCase):
         return proc
 
     def only_record(self):
-        names = [n for n in os.listdir(self.dir) if n.endswith(".json")]
-        self.assertEqual(len(names), 1, names)
-        with open(os.path.join(self.dir, names[0])) as f:
-            record = json.load(f)
-        jsonschema.validate(record, RECORD_SCHEMA)
-        return record
+        return only_record(self, self.dir)
 
     def test_sigkill_after_an_event_leaves_the_event(self):
         # The process raises gpu_cpu, then is killed: no atexit handler runs.

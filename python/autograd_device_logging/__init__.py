@@ -23,6 +23,9 @@ import sys
 import warnings
 from typing import FrozenSet, Optional
 
+from autograd_device_logging import threading_measurement as _measurement
+from autograd_device_logging.threading_measurement import ThreadingCost
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -38,6 +41,9 @@ __all__ = [
     "gather_device_stats",
     "format_device_stats_table",
     "write_process_record",
+    "measure_threading",
+    "threading_cost",
+    "ThreadingCost",
 ]
 
 _LIBRARY_NAME = "libautograd_device_logging.so"
@@ -103,6 +109,7 @@ def _load(path: str) -> ctypes.CDLL:
     lib.autograd_device_logging_stats.restype = ctypes.c_int
     lib.autograd_device_logging_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
     lib.autograd_device_logging_enable_stats.argtypes = [ctypes.c_int]
+    _measurement.declare(lib)
     return lib
 
 
@@ -208,12 +215,14 @@ def write_process_record() -> bool:
     if _lib is None:
         return False
     _tell_record()
+    _write_threading_cost()
     return bool(_lib.autograd_device_logging_write_process_record())
 
 
 if _lib is not None:
     _tell_record()
-    # Python's atexit runs before the library's: sys.argv is final by then.
+    # Python's atexit runs before the library's: sys.argv is final by then,
+    # and the measurement's counts are complete.
     atexit.register(_tell_record)
 
 
@@ -243,6 +252,10 @@ class Status:
     #: the logging to torch; events_emitted then says which events this
     #: process's passes raised (torch logged them).
     torch_logs_events: bool = False
+    #: What the threading-cost measurement found (None while it is off):
+    #: per device class, the pairs measured and the median difference
+    #: between single-threaded and multithreaded backward.
+    threading_cost: Optional[ThreadingCost] = None
 
 
 def _decode(value: Optional[bytes]) -> Optional[str]:
@@ -264,6 +277,7 @@ def status() -> Status:
         library_path=_decode(_lib.autograd_device_logging_library_path()) or library_path(),
         activated_by=_activation,
         torch_logs_events=bool(_lib.autograd_device_logging_torch_logs_events()),
+        threading_cost=threading_cost(),
     )
 
 
@@ -388,6 +402,7 @@ def check_report() -> str:
             "loaded (Python binds an extension's symbols as it imports "
             "torch). " + _NOT_ACTIVE_HINT
         )
+    lines.append("threading cost:   " + _threading_cost_line(s.threading_cost))
     events = ", ".join(sorted(s.events_emitted)) or "none"
     if s.torch_logs_events:
         lines.append(
@@ -397,6 +412,116 @@ def check_report() -> str:
     else:
         lines.append("events emitted:   " + events)
     return "\n".join(lines)
+
+
+def _threading_cost_line(cost: Optional[ThreadingCost]) -> str:
+    if cost is None:
+        return (
+            f"not measured (measure_threading() or {_measurement.ENV}=1 turns it on, "
+            "for Python programs; C++ programs are not measured)"
+        )
+    pairs = ", ".join(f"{c}: {v.pairs}" for c, v in cost.classes.items()) or "none yet"
+    return f"measuring (Python's backward and grad; C++ programs are not measured); pairs: {pairs}"
+
+
+# Note [Measuring from before torch is imported]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The measurement wraps torch.autograd's functions, which exist only once
+# torch's module ran. Asked for before that (by the environment, when the
+# import hook or the launcher imports this package ahead of torch), a finder
+# goes to the front of sys.meta_path: it finds torch as the finders behind
+# it would, and has the module install the sampler right after it ran. The
+# import hook, which imports this package from inside its own finder, passes
+# the lookup on to this finder itself (_torch_spec), since the import system
+# has already moved past the front of the list by then.
+_sampler: Optional[_measurement.Sampler] = None
+
+
+class _InstallAfterTorch:
+    def __init__(self, settings):
+        self.settings = settings
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        _remove_torch_finders()
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+        settings = self.settings
+
+        def exec_then_measure(module):
+            try:
+                exec_module(module)
+            finally:
+                del loader.exec_module
+            _install_sampler(module, settings)
+
+        loader.exec_module = exec_then_measure
+        return spec
+
+
+def _remove_torch_finders() -> None:
+    for finder in [f for f in sys.meta_path if isinstance(f, _InstallAfterTorch)]:
+        sys.meta_path.remove(finder)
+
+
+def _torch_spec():
+    """For the import hook: the spec of torch from the pending finder, or None."""
+    for finder in sys.meta_path:
+        if isinstance(finder, _InstallAfterTorch):
+            return finder.find_spec("torch")
+    return None
+
+
+def _install_sampler(torch_module, settings) -> None:
+    global _sampler
+    if _sampler is not None:
+        _sampler.uninstall()
+    _sampler = _measurement.Sampler(_lib, settings, torch_module)
+    _sampler.install()
+
+
+def measure_threading(enabled: bool = True, **settings) -> None:
+    """Measures what single-threaded backward would cost this process
+    (Note [Measuring the cost of single-threaded backward],
+    threading_measurement.py): pairs of backward passes, one with
+    multithreading off and one with it on, per device class. `settings` are
+    those of threading_measurement.Settings (rate, warmup, max_pairs, seed).
+    Results are in threading_cost(), status() and the per-process record.
+    Works before or after `import torch`; enabled=False stops it (what it
+    measured is kept in the record)."""
+    global _sampler
+    if not enabled:
+        _remove_torch_finders()
+        if _sampler is not None:
+            _sampler.uninstall()
+        return
+    config = _measurement.Settings(**settings)
+    if _lib is None:
+        return
+    _remove_torch_finders()
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(getattr(torch, "autograd", None), "grad"):
+        _install_sampler(torch, config)
+    else:
+        sys.meta_path.insert(0, _InstallAfterTorch(config))
+
+
+def threading_cost() -> Optional[ThreadingCost]:
+    """What the measurement found so far; None when it never ran."""
+    if _sampler is None:
+        return None
+    return _sampler.result(enabled=bool(_sampler._originals))
+
+
+def _write_threading_cost() -> None:
+    if _sampler is not None:
+        _sampler.write_record()
 
 
 def _import_hook_state() -> str:
@@ -432,3 +557,11 @@ if _lib is not None and _torch_was_imported_first and not is_active():
         RuntimeWarning,
         stacklevel=2,
     )
+
+
+if _lib is not None and not _running_the_report():
+    # Before the library's exit write: the measurement's counts are complete.
+    atexit.register(_write_threading_cost)
+    _measure_settings = _measurement.settings_from_environment(_measurement.warn_once)
+    if _measure_settings is not None:
+        measure_threading(**dataclasses.asdict(_measure_settings))

@@ -5,12 +5,14 @@ torch. The program runs as under plain `python`: sys.argv, __main__ and
 sys.path[0] are the program's, and its own exceptions keep their traceback
 and exit code. The library is not put into the environment (no LD_PRELOAD),
 so child processes (compilers started by torch.compile, for example) do not
-inherit it. --report DIR alone sets one variable,
-AUTOGRAD_DEVICE_LOGGING_REPORT_DIR, so that the children that load the
-library (the ranks torchrun starts, for example) write records too.
+inherit it. --report DIR sets one variable, AUTOGRAD_DEVICE_LOGGING_REPORT_DIR,
+and --measure-threading one, AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING, so
+that the children that load the library (the ranks torchrun starts, for
+example) write records and measure too.
 """
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import runpy
@@ -35,6 +37,7 @@ def make_parser():
         "Examples:\n"
         f"  {PROG} train.py --epochs 3\n"
         f"  {PROG} --report /shared/adl train.py\n"
+        f"  {PROG} --report /shared/adl --measure-threading train.py\n"
         f"  {PROG} -m torch.distributed.run --nproc-per-node 2 train.py\n"
         f"  {PROG} --check",
     )
@@ -52,6 +55,14 @@ def make_parser():
         metavar="DIR",
         help="keep a record of this process (and of its children that load the library) "
         "in DIR, for `report DIR` (sets AUTOGRAD_DEVICE_LOGGING_REPORT_DIR)",
+    )
+    parser.add_argument(
+        "--measure-threading",
+        action="store_true",
+        help="measure what single-threaded backward would cost this program (and its children "
+        "that load the library): pairs of sampled passes with multithreading off and on "
+        "(sets AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING=1; its knobs are read from the "
+        "environment)",
     )
     parser.add_argument(
         "-m",
@@ -155,6 +166,12 @@ def main(argv):
     if args.report:
         os.environ["AUTOGRAD_DEVICE_LOGGING_REPORT_DIR"] = args.report
         autograd_device_logging._set_report_dir(args.report)
+    if args.measure_threading:
+        os.environ["AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING"] = "1"
+        settings = autograd_device_logging.threading_measurement.settings_from_environment(
+            autograd_device_logging.threading_measurement.warn_once
+        )
+        autograd_device_logging.measure_threading(**dataclasses.asdict(settings))
     autograd_device_logging._activated("by the launcher")
     if args.check:
         if args.module is not None or args.program:
