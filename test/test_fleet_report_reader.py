@@ -12,6 +12,7 @@ import atexit
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,6 +74,55 @@ def mutated_records():
         st.just(synthetic_record()),
         st.dictionaries(st.sampled_from(FIELDS + ["extra"]), JSON | plausible, max_size=3),
         st.sets(st.sampled_from(FIELDS), max_size=2),
+    )
+
+
+# A measured threading cost (schema 2.1) and plausible wrong values of its
+# parts, for the schema-equivalence test.
+THREADING_COST = {
+    "pairs": {"single_accelerator": [[1200, 1000], [900, 1000]]},
+    "not_sampled": {"compiled autograd": 2},
+    "discarded": {},
+    "rate": 0.02,
+    "warmup": 10,
+    "max_pairs": 64,
+    "washout": 1,
+}
+WRONG_PARTS = st.sampled_from(
+    [None, 0, 1, 1.0, 1.5, -1, 2**63, True, "x", [], {}, [[1, 2]], [[0, 5]], [[5, 0]], [[1]]]
+    + [[[1, 2, 3]], [[1.0, 2.0]], [[1.5, 2]], [[True, 1]], [[2**63, 1]], [["1", "2"]]]
+    + [{"gpu": [[1, 2]]}, {"cpu_only": [[1, 2]]}, {"cpu_only": [[1, 0]]}, {"a": 1}, {"a": -1}]
+    + [float("nan"), float("inf"), {"cpu_only": [[1, 2]] * 10001}, {"cpu_only": "x"}]
+)
+
+
+def mutated_threading_costs():
+    """Valid schema 2.1 records whose threading_cost has parts deleted or
+    replaced by plausible wrong values."""
+    return st.builds(
+        lambda changes, dropped, pair_changes: synthetic_record(
+            schema="2.1",
+            threading_cost=(
+                {
+                    **{k: v for k, v in THREADING_COST.items() if k not in dropped},
+                    **changes,
+                    "pairs": {**THREADING_COST["pairs"], **pair_changes},
+                }
+                if "pairs" not in dropped and "pairs" not in changes
+                else {**{k: v for k, v in THREADING_COST.items() if k not in dropped}, **changes}
+            ),
+        ),
+        st.dictionaries(
+            st.sampled_from(sorted(THREADING_COST) + ["other"]), WRONG_PARTS, max_size=2
+        ),
+        st.sets(st.sampled_from(sorted(THREADING_COST)), max_size=2),
+        st.dictionaries(
+            st.sampled_from(
+                ["cpu_only", "single_accelerator", "accelerator_cpu", "multi_accelerator", "gpu"]
+            ),
+            WRONG_PARTS,
+            max_size=2,
+        ),
     )
 
 
@@ -197,6 +247,67 @@ class TestFleetReportReader(TestCase):
         hypothesis.assume(record.get("schema") != 1 or isinstance(record.get("schema"), bool))
         valid = jsonschema.Draft202012Validator(RECORD_SCHEMA).is_valid(record)
         self.assertEqual(accepted(record), valid, record)
+
+    @hypothesis.settings(max_examples=1000, deadline=None, database=None)
+    @hypothesis.given(mutated_threading_costs())
+    def test_reader_checks_the_threading_cost_as_the_schema_does(self, record):
+        valid = jsonschema.Draft202012Validator(RECORD_SCHEMA).is_valid(record)
+        self.assertEqual(accepted(record), valid, record)
+
+    def test_threading_cost_is_pooled_per_job_and_class(self):
+        def cost(*pairs, device_class="single_accelerator"):
+            return dict(THREADING_COST, pairs={device_class: [list(p) for p in pairs]})
+
+        self.write(
+            # Job a: +20% and -10% in one process, +50% in another; one
+            # pair of accelerator_cpu, no interval.
+            synthetic_record(pid=1, job="a", threading_cost=cost((1200, 1000), (900, 1000))),
+            synthetic_record(pid=2, job="a", threading_cost=cost((3000, 2000))),
+            synthetic_record(
+                pid=3, job="a", threading_cost=cost((110, 100), device_class="accelerator_cpu")
+            ),
+            # Job b: +100%, +100%; job c measured nothing.
+            synthetic_record(pid=4, job="b", threading_cost=cost((2000, 1000), (4000, 2000))),
+            synthetic_record(pid=5, job="c", threading_cost=None),
+            # Left out: a disabled library's pairs do not count.
+            synthetic_record(pid=6, job="b", threading_cost=cost((1, 1000)), disabled_reason="x"),
+        )
+        jobs = report_module.summarize_directory(self.dir)["jobs"]
+        # One process, one vote (Note [One process, one vote]): process 1's
+        # median is +5%, process 2's +50%.
+        a = jobs["a"]["threading_cost"]
+        self.assertEqual(a["single_accelerator"]["pairs"], 3)
+        self.assertEqual(a["single_accelerator"]["processes"], 2)
+        self.assertAlmostEqual(a["single_accelerator"]["median_percent"], 27.5)
+        self.assertAlmostEqual(a["single_accelerator"]["median_difference_ms"], 0.000525)
+        self.assertEqual(a["single_accelerator"]["interval_over"], "processes")
+        low, high = a["single_accelerator"]["interval_percent"]
+        self.assertTrue(5.0 <= low <= 27.5 <= high <= 50.0, (low, high))
+        self.assertEqual(a["accelerator_cpu"]["pairs"], 1)
+        self.assertIsNone(a["accelerator_cpu"]["interval_percent"])
+        b = jobs["b"]["threading_cost"]["single_accelerator"]
+        self.assertEqual(b["median_percent"], 100.0)
+        self.assertEqual((b["interval_percent"], b["interval_over"]), ([100.0, 100.0], "pairs"))
+        self.assertIsNone(jobs["c"]["threading_cost"])
+        everything = jobs[report_module.ALL_JOBS]["threading_cost"]["single_accelerator"]
+        self.assertEqual((everything["pairs"], everything["processes"]), (5, 3))
+        self.assertAlmostEqual(everything["median_percent"], 50.0)
+        # The table: jobs ordered by the estimate, all jobs last.
+        table = report_module.format_table(report_module.summarize_directory(self.dir))
+        rows = [l for l in table.splitlines() if re.search(r"\(\d+ pairs?\)", l)]
+        self.assertEqual(
+            [r.split()[:2] for r in rows],
+            [
+                ["b", "single_accelerator"],
+                ["a", "single_accelerator"],
+                ["a", "accelerator_cpu"],
+                ["(all", "jobs)"],
+                ["(all", "jobs)"],
+            ],
+        )
+        self.assertRegex(rows[0], r"\+100\.0% \(2 pairs\) +\[\+100\.0%, \+100\.0%\]\*")
+        self.assertIn("+10.0% (1 pair)", rows[2])
+        self.assertIn("n/a", rows[2])
 
     def test_nesting_and_sizes_are_skipped(self):
         with open(os.path.join(self.dir, "deep.json"), "w") as f:

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import stat
+import statistics
 import sys
 from collections import Counter, defaultdict
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -51,10 +52,11 @@ CLASSES = ("cpu_only", "single_accelerator", "accelerator_cpu", "multi_accelerat
 JOB_SOURCES = ("AUTOGRAD_DEVICE_LOGGING_JOB", "torchrun", "slurm", "pbs", "lsf", "kubernetes")
 JOB_SOURCES += ("program",)
 ROLES = ("rank", "agent", "other")
-WRITTEN_AT = ("first_pass", "event", "explicit", "exit")
+WRITTEN_AT = ("first_pass", "event", "explicit", "measurement", "exit")
 ALL_JOBS = "(all jobs)"
 MAX_COUNT = 2**63 - 1
-# A record is about a kilobyte; anything far larger is not one.
+# A record is about a kilobyte (a few more with the threading cost's pairs);
+# anything far larger is not one.
 MAX_RECORD_BYTES = 1 << 20
 
 
@@ -97,10 +99,59 @@ def _pass_classes(value) -> Optional[Tuple[int, ...]]:
         raise Skip("bad field: pass_classes") from None
 
 
+def _duration(value) -> int:
+    kind = type(value)
+    if (kind is int or (kind is float and value.is_integer())) and 1 <= value <= MAX_COUNT:
+        return int(value)
+    raise Skip("bad field: threading_cost")
+
+
+def _counts(value) -> None:
+    if type(value) is not dict:
+        raise Skip("bad field: threading_cost")
+    for n in value.values():
+        _count(n, "threading_cost")
+
+
+def _threading_cost(value) -> Optional[Dict[str, List[Tuple[int, int]]]]:
+    """The measured pairs per class, or None (Note [Measuring the cost of
+    single-threaded backward], threading_measurement.py), checked as the schema
+    checks them."""
+    if value is None or value is _MISSING:
+        return None
+    if type(value) is not dict:
+        raise Skip("bad field: threading_cost")
+    try:
+        pairs, not_sampled, discarded = value["pairs"], value["not_sampled"], value["discarded"]
+    except KeyError:
+        raise Skip("bad field: threading_cost") from None
+    _counts(not_sampled)
+    _counts(discarded)
+    rate = value.get("rate", 0)
+    if type(rate) not in (int, float) or rate < 0 or rate > 1:
+        raise Skip("bad field: threading_cost")
+    for field in ("warmup", "max_pairs", "washout"):
+        _count(value.get(field, 0), "threading_cost")
+    if type(pairs) is not dict:
+        raise Skip("bad field: threading_cost")
+    out = {}
+    for device_class, measured in pairs.items():
+        if device_class not in CLASSES or type(measured) is not list or len(measured) > 10000:
+            raise Skip("bad field: threading_cost")
+        rows = []
+        for pair in measured:
+            if type(pair) is not list or len(pair) != 2:
+                raise Skip("bad field: threading_cost")
+            rows.append((_duration(pair[0]), _duration(pair[1])))
+        out[device_class] = rows
+    return out
+
+
 class Record:
     """What the report reads of one record."""
 
     __slots__ = (
+        "threading_cost",
         "job",
         "host",
         "rank",
@@ -165,6 +216,7 @@ def parse_record(record) -> Record:
     if reason is not None and type(reason) is not str:
         raise Skip("bad field: disabled_reason")
     r.disabled_reason = reason
+    r.threading_cost = _threading_cost(get("threading_cost", _MISSING))
     # Required or constrained by the schema, though the report reads none of
     # them: the reader accepts exactly what the schema accepts.
     _count(get("pid"), "pid")
@@ -207,6 +259,7 @@ def _parse_first_format(record: dict) -> Record:
     r.torch = running if type(running) is str else "?"
     reason = record.get("disabled_reason")
     r.disabled_reason = reason if type(reason) is str else None
+    r.threading_cost = None
     passes = record.get("passes_classified")
     r.ran_backward = bool(
         r.events or (type(passes) is int and passes > 0) or sum(r.pass_classes or ())
@@ -259,7 +312,16 @@ def _release_number(release: str) -> int:
 class JobTotals:
     """One job's counts, kept as the records stream by."""
 
-    __slots__ = ("ranks", "others", "others_with", "passes", "counting", "torch", "left_out")
+    __slots__ = (
+        "ranks",
+        "others",
+        "others_with",
+        "passes",
+        "counting",
+        "torch",
+        "left_out",
+        "costs",
+    )
 
     def __init__(self):
         # "host\0rank" -> events | release number << 2: a restarted rank
@@ -273,6 +335,15 @@ class JobTotals:
         self.counting = 0
         self.torch: Counter = Counter()
         self.left_out: Counter = Counter()
+        # class -> measured (off_ns, on_ns) pairs, pooled over processes;
+        # class -> processes that measured it.
+        # class -> what the processes that measured it found.
+        self.costs: Dict[str, MeasuredClass] = {}
+
+    def add_costs(self, costs: Dict[str, List[Tuple[int, int]]]) -> None:
+        for device_class, pairs in costs.items():
+            if pairs:
+                self.costs.setdefault(device_class, MeasuredClass()).add(pairs)
 
     def add(self, r: Record) -> bool:
         """Counts `r`; True when it is a process other than a rank."""
@@ -285,6 +356,8 @@ class JobTotals:
         if not r.ran_backward:
             self.left_out["no backward pass"] += 1
             return False
+        if r.threading_cost:
+            self.add_costs(r.threading_cost)
         if r.pass_classes is not None:
             self.counting += 1
             passes = self.passes
@@ -328,7 +401,105 @@ class JobTotals:
             "processes_counting_passes": self.counting,
             "torch": sorted(torch),
             "left_out": dict(sorted(self.left_out.items())),
+            "threading_cost": _summaries_of(self.costs),
         }
+
+
+def _bootstrap_interval(values: List[float]) -> Optional[List[float]]:
+    """The 95% bootstrap interval of the median of `values` (scipy's
+    bootstrap, percentile method, seeded so that a report is reproducible);
+    None for fewer than two values or without scipy."""
+    if len(values) < 2:
+        return None
+    try:
+        import numpy as np
+        from scipy import stats
+    except ImportError:
+        return None
+    import warnings
+
+    with warnings.catch_warnings():
+        # All values equal is a valid answer ([x, x]), not a problem to report.
+        warnings.simplefilter("ignore")
+        result = stats.bootstrap(
+            (np.asarray(values, dtype=float),),
+            np.median,
+            confidence_level=0.95,
+            n_resamples=1000,
+            method="percentile",
+            random_state=np.random.default_rng(0),
+        )
+    low, high = (float(v) for v in result.confidence_interval)
+    return [low, high] if low == low and high == high else None
+
+
+class MeasuredClass:
+    """What the processes of a job found for one device class.
+
+    Note [One process, one vote]
+    ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    A process's own state (the cores it runs on, the GPU's clocks, its
+    allocator) moves all of its passes together: the same program measured in
+    two processes can differ by more than either process's own interval
+    (docs/threading-cost.md says how that was found). So the processes, not the
+    pairs, are the independent samples: each process gives the median of its
+    pairs' (off - on) / on, a job's estimate is the median over its
+    processes, and its 95% interval is a bootstrap over them. A job of one
+    process has only its pairs to resample: its interval is over pairs and
+    says nothing of other runs, and the report marks it so."""
+
+    __slots__ = ("medians", "differences", "pairs", "only_percents")
+
+    def __init__(self):
+        self.medians: List[float] = []
+        self.differences: List[float] = []
+        self.pairs = 0
+        # The per-pair percentages while one process measured the class.
+        self.only_percents: Optional[List[float]] = None
+
+    def add(self, pairs: List[Tuple[int, int]]) -> None:
+        percent = [100.0 * (off - on) / on for off, on in pairs]
+        self.medians.append(statistics.median(percent))
+        self.differences.append(statistics.median(off - on for off, on in pairs))
+        self.pairs += len(pairs)
+        self.only_percents = percent if len(self.medians) == 1 else None
+
+    def merge(self, other: "MeasuredClass") -> None:
+        one = not self.medians and len(other.medians) == 1
+        self.only_percents = other.only_percents if one else None
+        self.medians += other.medians
+        self.differences += other.differences
+        self.pairs += other.pairs
+
+    def summary(self) -> dict:
+        one = len(self.medians) == 1
+        return {
+            "pairs": self.pairs,
+            "processes": len(self.medians),
+            "median_percent": statistics.median(self.medians),
+            "interval_percent": _bootstrap_interval(self.only_percents if one else self.medians),
+            "interval_over": "pairs" if one else "processes",
+            "median_difference_ms": statistics.median(self.differences) / 1e6,
+        }
+
+
+def _summaries_of(costs: Dict[str, MeasuredClass]) -> Optional[dict]:
+    out = {c: costs[c].summary() for c in CLASSES if c in costs}
+    return out or None
+
+
+def threading_cost_summary(per_process: Dict[str, List[List[Tuple[int, int]]]]) -> Optional[dict]:
+    """Per class, from each process's (off_ns, on_ns) pairs: the pairs, the
+    processes, the estimate (the median over processes of each one's median
+    (off - on) / on, in percent) with its 95% bootstrap interval, and the
+    median of off - on in ms (Note [One process, one vote]); None when
+    nothing was measured."""
+    costs: Dict[str, MeasuredClass] = {}
+    for device_class, processes in per_process.items():
+        for pairs in processes:
+            if pairs:
+                costs.setdefault(device_class, MeasuredClass()).add(pairs)
+    return _summaries_of(costs)
 
 
 def _when(text: str) -> str:
@@ -380,6 +551,11 @@ def summarize_directory(
         releases[release] = [a + b for a, b in zip(releases[release], row)]
     if summaries:
         summaries[ALL_JOBS] = _sum_of(list(summaries.values()))
+        everything: Dict[str, MeasuredClass] = {}
+        for t in totals.values():
+            for device_class, measured in t.costs.items():
+                everything.setdefault(device_class, MeasuredClass()).merge(measured)
+        summaries[ALL_JOBS]["threading_cost"] = _summaries_of(everything)
     return {
         "jobs": summaries,
         "releases": {
@@ -427,6 +603,12 @@ def _left_out_text(left_out: Dict[str, int]) -> str:
     return ", ".join(parts) or "-"
 
 
+def _aligned(rows: List[List[str]]) -> List[str]:
+    """The rows as text, each column padded to its widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
 def format_table(report: dict) -> str:
     summary, skipped = report["jobs"], report["skipped"]
     header = ["job", "processes", "ranks", "multidevice", "gpu_cpu", *CLASSES, "torch", "left out"]
@@ -454,10 +636,7 @@ def format_table(report: dict) -> str:
                 _left_out_text(s["left_out"]),
             ]
         )
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *body]
-    ]
+    lines = _aligned([header, *body])
     lines.append("")
     lines.append(
         "processes: those that ran a backward pass (a restarted rank once); multidevice / "
@@ -469,10 +648,62 @@ def format_table(report: dict) -> str:
         reasons.update({k: v for k, v in s["left_out"].items() if k.startswith("disabled: ")})
     for reason, count in sorted(reasons.items()):
         lines.append(f"left out, {count} process{'es' if count != 1 else ''} {reason}")
+    cost = format_threading_cost(summary)
+    if cost:
+        lines += ["", cost]
     if report.get("filtered"):
         lines.append(f"{report['filtered']} records outside --since/--until/--job")
     for reason, count in skipped.items():
         lines.append(f"{count} record{'s' if count != 1 else ''} skipped: {reason}")
+    return "\n".join(lines)
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.1f}%"
+
+
+def format_threading_cost(summary: dict) -> str:
+    """The measured cost of single-threaded backward: a row per job and
+    class, the largest estimate first, then each class over all jobs; empty
+    when no job measured it."""
+    rows = [
+        (job, device_class, cost)
+        for job, s in summary.items()
+        for device_class, cost in (s.get("threading_cost") or {}).items()
+    ]
+    if not rows:
+        return ""
+    rows.sort(key=lambda row: (row[0] == ALL_JOBS, -row[2]["median_percent"], row[0], row[1]))
+    header = ["job", "class", "single-threaded backward", "95% interval", "off - on", "processes"]
+    body = []
+    for job, device_class, cost in rows:
+        interval = cost["interval_percent"]
+        body.append(
+            [
+                job,
+                device_class,
+                f"{_signed(cost['median_percent'])} ({cost['pairs']} "
+                f"pair{'s' if cost['pairs'] != 1 else ''})",
+                (
+                    f"[{_signed(interval[0])}, {_signed(interval[1])}]"
+                    + ("*" if cost["interval_over"] == "pairs" else "")
+                    if interval
+                    else "n/a"
+                ),
+                f"{cost['median_difference_ms']:+.3f} ms",
+                str(cost["processes"]),
+            ]
+        )
+    lines = _aligned([header, *body])
+    lines.append("")
+    lines.append(
+        "single-threaded backward: per process, the median over its measured pairs of "
+        "passes (one with multithreading off, one on; AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING=1) "
+        "of (off - on) / on, then the median over the job's processes; positive: slower "
+        "single-threaded. 95% interval: a bootstrap over the processes (scipy; n/a for one pair "
+        "or without scipy); *: one process, whose interval is over its own pairs and says "
+        "nothing of other runs"
+    )
     return "\n".join(lines)
 
 
