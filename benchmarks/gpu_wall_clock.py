@@ -24,35 +24,21 @@ import collections
 import ctypes
 import datetime
 import os
-import re
 import statistics
-import subprocess
 import sys
 import time
+
+import doc_sections
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARKER = "gpu-wall-clock"
 
 
 def build_library():
-    build = os.environ.get(
-        "AUTOGRAD_DEVICE_LOGGING_BUILD_DIR", os.path.join(REPO, "build-gpu-wall-clock")
+    return doc_sections.build_library(
+        "build-gpu-wall-clock",
+        "-DAUTOGRAD_DEVICE_LOGGING_BENCHMARK_SWITCH=ON -DAUTOGRAD_DEVICE_LOGGING_BUILD_TESTS=OFF",
     )
-    env = dict(
-        os.environ,
-        AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=build,
-        AUTOGRAD_DEVICE_LOGGING_CMAKE_ARGS=(
-            "-DAUTOGRAD_DEVICE_LOGGING_BENCHMARK_SWITCH=ON -DAUTOGRAD_DEVICE_LOGGING_BUILD_TESTS=OFF"
-        ),
-        AUTOGRAD_DEVICE_LOGGING_TARGETS="autograd_device_logging_library autograd_device_logging_python",
-    )
-    subprocess.run(
-        ["bash", os.path.join(REPO, "tools", "build.sh"), sys.executable],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    return os.path.join(build, "python")
 
 
 def main():
@@ -190,11 +176,7 @@ def main():
         )
     lines += [f"<!-- /{MARKER} -->", ""]
     section = "\n".join(lines)
-    text = open(args.output).read() if os.path.exists(args.output) else ""
-    pattern = re.compile(r"<!-- %s -->.*?<!-- /%s -->\n?" % (MARKER, MARKER), re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text + "\n" + section
-    with open(args.output, "w") as f:
-        f.write(text)
+    doc_sections.replace_section(args.output, MARKER, section)
     print(section)
 
 

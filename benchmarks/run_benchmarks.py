@@ -454,14 +454,14 @@ def main():
         w(f"| {name} | " + " | ".join("-" if v is None else f"{v:,.1f}" for v in row) + " |")
     w("")
     lines[4:4] = ["## Verdicts", ""] + [f"- {v}" for v in verdicts] + [""]
-    # The GPU wall-clock section comes from benchmarks/gpu_wall_clock.py on a
-    # machine with NVIDIA GPUs; keep it.
+    # The sections of benchmarks/gpu_wall_clock.py (on a machine with NVIDIA
+    # GPUs) and benchmarks/threading_measurement_overhead.py; keep them.
     if os.path.exists(args.output):
-        kept = re.search(
-            r"<!-- gpu-wall-clock -->.*?<!-- /gpu-wall-clock -->\n?", open(args.output).read(), re.S
-        )
-        if kept:
-            lines += ["", kept.group(0)]
+        old = open(args.output).read()
+        for marker in ("gpu-wall-clock", "threading-measurement-overhead"):
+            kept = re.search(r"<!-- %s -->.*?<!-- /%s -->\n?" % (marker, marker), old, re.S)
+            if kept:
+                lines += ["", kept.group(0)]
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w") as f:
         f.write("\n".join(lines))

@@ -1,9 +1,10 @@
 """One backward-pass scenario, run by demo/run_demo.py in its own process.
 
-    python -m autograd_device_logging demo/backward_device_scenarios.py SCENARIO BACKEND
+    python -m autograd_device_logging demo/backward_device_scenarios.py SCENARIO BACKEND [STEPS]
 
 BACKEND is "cuda" (real GPUs) or "testaccel" (the two-device test
-accelerator). Prints the gradients' checksum; the events go to stderr through
+accelerator). STEPS (default 1) repeats the training step, forward and
+backward, on the same model and input. Prints the gradients' checksum; the events go to stderr through
 PYTORCH_API_USAGE_STDERR=1.
 """
 
@@ -35,7 +36,7 @@ def devices_for(backend):
     return {"dev0": d0, "dev1": d1}
 
 
-def run(scenario, backend):
+def run(scenario, backend, steps=1):
     names, _ = SCENARIOS[scenario]
     devices = devices_for(backend) if names != ["cpu"] else {}
     devices["cpu"] = torch.device("cpu")
@@ -48,19 +49,23 @@ def run(scenario, backend):
     for k in range(3):
         device = placed[k % len(placed)]
         layers.append(torch.nn.Linear(sizes[k], sizes[k + 1]).to(device))
-    h = torch.randn(16, sizes[0])
-    for k, layer in enumerate(layers):
-        h = layer(h.to(placed[k % len(placed)]))
-        if k < 2:
-            h = torch.relu(h)
-    loss = h.pow(2).mean().to(placed[0])
-    loss.backward()
+    x = torch.randn(16, sizes[0])
+    for _ in range(steps):
+        for layer in layers:
+            layer.zero_grad(set_to_none=True)
+        h = x
+        for k, layer in enumerate(layers):
+            h = layer(h.to(placed[k % len(placed)]))
+            if k < 2:
+                h = torch.relu(h)
+        loss = h.pow(2).mean().to(placed[0])
+        loss.backward()
     checksum = sum(p.grad.double().abs().sum().item() for l in layers for p in l.parameters())
     print(f"grad checksum {checksum:.6f}")
 
 
 if __name__ == "__main__":
-    run(sys.argv[1], sys.argv[2])
+    run(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1)
     if "autograd_device_logging" in sys.modules:  # the record, before os._exit
         sys.modules["autograd_device_logging"].write_process_record()
     # Stock PyTorch can abort at interpreter exit while an autograd device

@@ -34,6 +34,13 @@ def main():
         help="each scenario writes its process record into DIR (a job per scenario, "
         "statistics on): `python -m autograd_device_logging report DIR` then sums them up",
     )
+    parser.add_argument(
+        "--measure-threading",
+        action="store_true",
+        help="each scenario runs 40 steps with the threading-cost measurement on, sampling "
+        "pairs of passes (AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING=1, at rate 1 after 4 "
+        "warm-up passes, up to 8 pairs): its record, with --report, holds them",
+    )
     args = parser.parse_args()
     build = os.path.abspath(args.build)
     import torch
@@ -43,6 +50,15 @@ def main():
     env["PYTHONPATH"] = os.path.join(build, "python") + os.pathsep + env.get("PYTHONPATH", "")
     env["AUTOGRAD_DEVICE_LOGGING_BUILD_DIR"] = build
     env["PYTORCH_API_USAGE_STDERR"] = "1"
+    steps = "1"
+    if args.measure_threading:
+        steps = "40"
+        env.update(
+            AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING="1",
+            AUTOGRAD_DEVICE_LOGGING_MEASURE_RATE="1",
+            AUTOGRAD_DEVICE_LOGGING_MEASURE_WARMUP="4",
+            AUTOGRAD_DEVICE_LOGGING_MEASURE_PAIRS="8",
+        )
 
     print(f"torch {torch.__version__}, CUDA devices: {gpus}")
     print(f"{'scenario':<26}{'backend':<11}{'events emitted':<62}result")
@@ -69,6 +85,7 @@ def main():
                 os.path.join(HERE, "backward_device_scenarios.py"),
                 name,
                 backend,
+                steps,
             ],
             env=env,
             capture_output=True,

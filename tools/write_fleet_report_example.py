@@ -4,8 +4,9 @@
         [--also PYTHON BUILD ...]
 
 Run it with the pinned venv's Python (it has matplotlib). It runs the demo's
-scenarios with a shared record directory (demo/run_demo.py --report DIR: a
-job per scenario, statistics on), once with this Python and the build in
+scenarios with a shared record directory (demo/run_demo.py --report DIR
+--measure-threading: a job per scenario, statistics and the threading-cost
+measurement on), once with this Python and the build in
 --build and once more for each --also pair (another torch release's Python
 and a build against it, e.g. tools/torch_matrix.py --keep's), then
 `python -m autograd_device_logging report DIR --plot docs/fleet-report.png`,
@@ -62,6 +63,7 @@ def main():
                     build,
                     "--report",
                     records,
+                    "--measure-threading",
                 ],
                 env=dict(env, PYTHONPATH=os.path.join(build, "python")),
                 capture_output=True,
@@ -86,8 +88,9 @@ def main():
             + "` on "
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} "
             f"({platform.machine()}, torch {' and '.join(releases)}): the demo's scenarios, "
-            "each a job, on the test accelerator, once per torch release, with one shared "
-            "record directory:",
+            "each a job of 40 training steps with the threading-cost measurement on (`run_demo.py "
+            "--measure-threading`), on the test accelerator, once per torch release, with one "
+            "shared record directory:",
             "",
             "```",
             report.rstrip("\n"),

@@ -1,0 +1,483 @@
+"""What single-threaded backward costs on real GPUs, measured two ways.
+
+    python3 benchmarks/threading_cost.py [--steps N] [--output docs/threading-cost.md]
+
+Runs on a machine with NVIDIA GPUs, against the torch of this interpreter.
+Builds the library into $AUTOGRAD_DEVICE_LOGGING_BUILD_DIR (default
+build-threading-cost/), then, for each model whose devices the machine has:
+
+- in the job: IN_JOB_PROCESSES processes train the model for N steps each with the library's
+  measurement on (measure_threading(rate=0.5)), which times pairs of
+  sampled passes, one with multithreading off and one on (Note [Measuring the
+  cost of single-threaded backward]); the estimate is the median over pairs
+  of (off - on) / on per process, then over the processes, with the fleet
+  report's 95% bootstrap interval over the processes. Once
+  with the default washout (each timed pass follows a pass of its own mode)
+  and once without;
+- whole-run A/B: the same program, measurement off, run AB_RUNS times with
+  multithreading on and as often off for the whole run
+  (torch.autograd.set_multithreading_enabled), alternating, timing every
+  backward the way the measurement times a sampled one (its devices
+  synchronized before and after); the estimate is (median off - median on) /
+  median on over the runs' medians, with a 95% bootstrap interval over the
+  runs (scipy), since a run's own state moves all its steps together;
+- the gradients of one step in each mode, compared bit for bit.
+
+The two estimates agree when their intervals overlap. The section it writes
+goes between the threading-cost markers of the output file.
+"""
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import doc_sections
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARKER = "threading-cost"
+WARMUP = 20
+# Processes of the in-job method per washout; whole-run A/B: runs per mode,
+# alternating, and the steps of each.
+IN_JOB_PROCESSES = 4
+AB_RUNS = 4
+AB_STEPS = 100
+# The measurement's default (threading_measurement.Settings.washout).
+DEFAULT_WASHOUT = 1
+
+
+def build_library():
+    return doc_sections.build_library(
+        "build-threading-cost",
+        "-DAUTOGRAD_DEVICE_LOGGING_BUILD_TESTS=OFF -DAUTOGRAD_DEVICE_LOGGING_BUILD_BENCHMARKS=OFF",
+    )
+
+
+# -- the models (run in the children) -----------------------------------------
+
+MODELS = {
+    "single_accelerator": (1, "MLP, 24 Linear(1024)+ReLU blocks, batch 256, cuda:0"),
+    "single_accelerator_launch_bound": (
+        1,
+        "launch-bound MLP, 200 Linear(64)+ReLU blocks, batch 32, cuda:0",
+    ),
+    "accelerator_cpu": (
+        1,
+        "CPU EmbeddingBag(50000 x 128, 64 bags of 64) feeding a 6-block MLP head on cuda:0",
+    ),
+    "multi_accelerator": (2, "MLP, 24 Linear(1024)+ReLU blocks split over cuda:0 and cuda:1"),
+}
+
+
+def make_model(name):
+    """(step, devices): step() runs forward and returns the loss."""
+    import torch
+
+    torch.manual_seed(0)
+
+    def blocks(n, width, devices):
+        out = []
+        for i in range(n):
+            device = devices[i * len(devices) // n]
+            layer = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU())
+            out.append(layer.to(device))
+        return out
+
+    def run(layers, x):
+        for layer in layers:
+            x = layer(x.to(next(layer.parameters()).device))
+        return x
+
+    if name in ("single_accelerator", "multi_accelerator"):
+        devices = ["cuda:0"] if name == "single_accelerator" else ["cuda:0", "cuda:1"]
+        layers = blocks(24, 1024, devices)
+        x = torch.randn(256, 1024, device="cuda:0")
+        return (lambda: run(layers, x).pow(2).mean()), layers, devices
+    if name == "single_accelerator_launch_bound":
+        layers = blocks(200, 64, ["cuda:0"])
+        x = torch.randn(32, 64, device="cuda:0")
+        return (lambda: run(layers, x).pow(2).mean()), layers, ["cuda:0"]
+    if name == "accelerator_cpu":
+        embedding = torch.nn.EmbeddingBag(50_000, 128, mode="sum")
+        head = [torch.nn.Linear(128, 1024).to("cuda:0")] + blocks(6, 1024, ["cuda:0"])
+        indices = torch.randint(0, 50_000, (64 * 64,))
+        offsets = torch.arange(0, 64 * 64, 64)
+
+        def step():
+            return run(head, embedding(indices, offsets).to("cuda:0")).pow(2).mean()
+
+        return step, [embedding, *head], ["cuda:0"]
+    raise ValueError(name)
+
+
+def synchronize(devices):
+    import torch
+
+    for device in devices:
+        torch.cuda.synchronize(device)
+
+
+def child_in_job(name, steps, washout):
+    import autograd_device_logging as adl  # ahead of torch, as users load it
+
+    adl.measure_threading(rate=0.5, warmup=WARMUP, max_pairs=steps, seed=0, washout=washout)
+    step, modules, devices = make_model(name)
+    for _ in range(steps):
+        for m in modules:
+            m.zero_grad(set_to_none=True)
+        step().backward()
+    synchronize(devices)
+    status = adl.status()
+    assert status.active and not status.disabled_reason, status
+    record = adl._sampler.record_fields()
+    print(json.dumps({"pairs": record["pairs"], "discarded": record["discarded"]}))
+
+
+def child_ab(name, steps, multithreading):
+    import autograd_device_logging  # noqa: F401  the library, measurement off
+
+    import torch
+
+    step, modules, devices = make_model(name)
+    times = []
+    with torch.autograd.set_multithreading_enabled(multithreading):
+        for i in range(WARMUP + steps):
+            for m in modules:
+                m.zero_grad(set_to_none=True)
+            loss = step()
+            synchronize(devices)
+            start = time.perf_counter_ns()
+            loss.backward()
+            synchronize(devices)
+            if i >= WARMUP:
+                times.append(time.perf_counter_ns() - start)
+    print(json.dumps(times))
+
+
+def child_grads(name):
+    import autograd_device_logging  # noqa: F401
+
+    import torch
+
+    step, modules, devices = make_model(name)
+    grads = {}
+    for mode in (True, False):
+        for m in modules:
+            m.zero_grad(set_to_none=True)
+        with torch.autograd.set_multithreading_enabled(mode):
+            step().backward()
+        synchronize(devices)
+        grads[mode] = [p.grad.detach().cpu() for m in modules for p in m.parameters()]
+    same = all(torch.equal(a, b) for a, b in zip(grads[True], grads[False]))
+    diff = max((a - b).abs().max().item() for a, b in zip(grads[True], grads[False]))
+    print(json.dumps({"identical": same, "max_abs_difference": diff}))
+
+
+# -- the parent ---------------------------------------------------------------
+
+
+def run_child(package, *args):
+    env = dict(os.environ, PYTHONPATH=package + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--child", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        sys.exit(f"child {args} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ab_interval(off, on):
+    """The 95% bootstrap interval of the A/B estimate over the runs' medians:
+    a run's own state (its CPU cores, the GPU's clocks, the allocator) moves
+    a whole run's times together, so the runs, not the steps, are the
+    independent samples."""
+    import numpy as np
+    from scipy import stats
+
+    def percent(a, b, axis=-1):
+        return 100.0 * (np.median(a, axis=axis) - np.median(b, axis=axis)) / np.median(b, axis=axis)
+
+    result = stats.bootstrap(
+        (np.asarray(off, float), np.asarray(on, float)),
+        percent,
+        confidence_level=0.95,
+        n_resamples=1000,
+        method="percentile",
+        random_state=np.random.default_rng(0),
+    )
+    return [float(v) for v in result.confidence_interval]
+
+
+def fmt(value):
+    return f"{value:+.1f}%"
+
+
+CONFIG = {"in_job_processes": IN_JOB_PROCESSES, "ab_runs": AB_RUNS, "models": None}
+
+
+def marker():
+    """The section's marker: one for the full run, one per subset of models."""
+    models = CONFIG["models"]
+    return MARKER if not models else MARKER + "-" + "-".join(models)
+
+
+def measure(package, steps):
+    # The report's own summary, without importing the package (which would
+    # load the library into this process).
+    spec = importlib.util.spec_from_file_location(
+        "adl_fleet_report",
+        os.path.join(REPO, "python", "autograd_device_logging", "fleet_report.py"),
+    )
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    threading_cost_summary = report.threading_cost_summary
+    import torch
+
+    gpus = torch.cuda.device_count()
+    rows, skipped = [], []
+    for name, (needed, description) in MODELS.items():
+        if CONFIG["models"] and name not in CONFIG["models"]:
+            continue
+        if gpus < needed:
+            skipped.append(
+                f"{name} ({description}): needs {needed} CUDA devices, this machine has {gpus}"
+            )
+            continue
+        print(f"== {name}: {description}", file=sys.stderr)
+        device_class = name.replace("_launch_bound", "")
+        in_job = {}
+        for washout in (DEFAULT_WASHOUT, 0):
+            processes, discarded, other_classes = [], {}, set()
+            for _ in range(CONFIG["in_job_processes"]):
+                found = run_child(package, "in-job", name, str(steps), str(washout))
+                processes.append([tuple(p) for p in found["pairs"].get(device_class, [])])
+                for reason, n in found["discarded"].items():
+                    discarded[reason] = discarded.get(reason, 0) + n
+                other_classes |= set(found["pairs"]) - {device_class}
+            cost = (threading_cost_summary({device_class: processes}) or {}).get(device_class)
+            if cost:
+                pooled = [p for pairs in processes for p in pairs]
+                cost["median_off_ms"] = statistics.median(p[0] for p in pooled) / 1e6
+                cost["median_on_ms"] = statistics.median(p[1] for p in pooled) / 1e6
+                # Each process alone, with the interval over its own pairs.
+                cost["per_process"] = [
+                    threading_cost_summary({device_class: [pairs]})[device_class]
+                    for pairs in processes
+                    if pairs
+                ]
+            in_job[washout] = {
+                "cost": cost,
+                "discarded": discarded,
+                "other_classes": sorted(other_classes),
+            }
+        times = {True: [], False: []}
+        for run in range(CONFIG["ab_runs"]):
+            for mode in (True, False) if run % 2 == 0 else (False, True):
+                steps_of_run = run_child(
+                    package, "ab", name, str(AB_STEPS), "on" if mode else "off"
+                )
+                times[mode].append(statistics.median(steps_of_run))
+        off, on = times[False], times[True]
+        ab = 100.0 * (statistics.median(off) - statistics.median(on)) / statistics.median(on)
+        ab_low, ab_high = ab_interval(off, on)
+        grads = run_child(package, "grads", name)
+        row = {
+            "model": name,
+            "description": description,
+            "class": device_class,
+            "in_job": in_job,
+            "ab": {
+                "percent": ab,
+                "interval": [ab_low, ab_high],
+                "runs_per_mode": len(off),
+                "median_off_ms": statistics.median(off) / 1e6,
+                "median_on_ms": statistics.median(on) / 1e6,
+            },
+            "grads": grads,
+        }
+        for washout, found in in_job.items():
+            cost = found["cost"]
+            if cost and cost["interval_percent"]:
+                low, high = cost["interval_percent"]
+                found["agree"] = low <= ab_high and ab_low <= high
+            else:
+                found["agree"] = None
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
+    return rows, skipped, gpus
+
+
+def options():
+    out = ""
+    if CONFIG["models"]:
+        out += " --models " + " ".join(CONFIG["models"])
+    if CONFIG["in_job_processes"] != IN_JOB_PROCESSES:
+        out += f" --in-job-processes {CONFIG['in_job_processes']}"
+    if CONFIG["ab_runs"] != AB_RUNS:
+        out += f" --ab-runs {CONFIG['ab_runs']}"
+    return out
+
+
+def _interval(values):
+    return f"[{fmt(values[0])}, {fmt(values[1])}]" if values else "n/a"
+
+
+def section(rows, skipped, steps):
+    import torch
+
+    names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
+    agree = {True: "yes", False: "**no**", None: "n/a"}
+    lines = [
+        f"<!-- {marker()} -->",
+        f"## Measured {datetime.date.today().isoformat()}",
+        "",
+        f"- machine: {torch.cuda.device_count()} x {', '.join(names)}, {os.cpu_count()} CPU cores, "
+        f"{platform.machine()}",
+        f"- torch {torch.__version__} (CUDA {torch.version.cuda}), Python {platform.python_version()}",
+        f"- command: `python3 benchmarks/threading_cost.py --steps {steps}{options()}`",
+        f"- in the job: {CONFIG['in_job_processes']} processes of {steps} steps, rate 0.5, warm-up {WARMUP}, "
+        f"washout {DEFAULT_WASHOUT} "
+        "(the default), the interval over the processes; "
+        f"whole-run A/B: {CONFIG['ab_runs']} runs per mode, alternating, {AB_STEPS} "
+        f"steps each after {WARMUP} warm-up steps, the interval over the runs' medians",
+        "",
+        "| model | class | in the job: single-threaded backward | 95% interval | pairs "
+        "| median on / off | whole-run A/B | 95% interval | median on / off | agree | gradients |",
+        "| --- | --- | ---: | --- | ---: | --- | ---: | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        ab, grads = r["ab"], r["grads"]
+        found = r["in_job"][DEFAULT_WASHOUT]
+        cost = found["cost"]
+        lines.append(
+            f"| {r['description']} | {r['class']} "
+            f"| {fmt(cost['median_percent']) if cost else 'no pairs'} "
+            f"| {_interval(cost and cost['interval_percent'])} | {cost['pairs'] if cost else 0} "
+            f"| {cost['median_on_ms']:.3f} / {cost['median_off_ms']:.3f} ms "
+            f"| {fmt(ab['percent'])} | {_interval(ab['interval'])} "
+            f"| {ab['median_on_ms']:.3f} / {ab['median_off_ms']:.3f} ms | {agree[found['agree']]} "
+            f"| {'bit-identical' if grads['identical'] else 'max abs difference %.3g' % grads['max_abs_difference']} |"
+        )
+    lines += [
+        "",
+        "In the job without washout (each timed pass may follow a pass of the other mode):",
+        "",
+        "| model | single-threaded backward | 95% interval | pairs | median on / off | agrees with A/B |",
+        "| --- | ---: | --- | ---: | --- | --- |",
+    ]
+    for r in rows:
+        found = r["in_job"][0]
+        cost = found["cost"]
+        lines.append(
+            f"| {r['description']} | {fmt(cost['median_percent']) if cost else 'no pairs'} "
+            f"| {_interval(cost and cost['interval_percent'])} | {cost['pairs'] if cost else 0} "
+            f"| {cost['median_on_ms']:.3f} / {cost['median_off_ms']:.3f} ms | {agree[found['agree']]} |"
+        )
+    lines += [
+        "",
+        "Each process of the in-job method alone (washout "
+        f"{DEFAULT_WASHOUT}), with the interval over its own pairs:",
+        "",
+        "| model | per process: single-threaded backward [95% interval over its pairs] |",
+        "| --- | --- |",
+    ]
+    for r in rows:
+        cost = r["in_job"][DEFAULT_WASHOUT]["cost"]
+        cells = [
+            f"{fmt(p['median_percent'])} {_interval(p['interval_percent'])}"
+            for p in (cost or {}).get("per_process", [])
+        ]
+        lines.append(f"| {r['description']} | {'; '.join(cells) or 'no pairs'} |")
+    lines.append("")
+    for r in rows:
+        for washout, found in r["in_job"].items():
+            if found["discarded"] or found["other_classes"]:
+                lines.append(
+                    f"- {r['model']}, washout {washout}: pairs discarded "
+                    f"{found['discarded'] or 'none'}; pairs of other classes: "
+                    f"{found['other_classes'] or 'none'}"
+                )
+    for s in skipped:
+        lines.append(f"- not measured: {s}")
+    lines.append(f"<!-- /{marker()} -->")
+    return "\n".join(lines) + "\n"
+
+
+HEADER = """# The cost of single-threaded backward
+
+Written by `benchmarks/threading_cost.py` on a machine with NVIDIA GPUs: how
+much slower each model's backward pass is with multithreading off
+(`torch.autograd.set_multithreading_enabled(False)`: every node on the calling
+thread) than with it on (each device's nodes on its device thread), measured
+by the library inside the job (pairs of sampled passes, `measure_threading()`)
+and by a whole-run A/B of the same program. Positive: single-threaded is
+slower. The methods agree when their 95% intervals overlap.
+
+Both methods take the process (the run) as the sample. In the first runs of
+this script, the whole-run A/B took its interval over the steps of one run
+per mode, and the in-job method over the pairs of one process: the two
+disagreed on two of three models, and the same program measured in two
+processes differed by more than either process's own interval. A process's
+state (the cores it runs on, the GPU's clocks, its allocator) moves all of
+its passes together, so an interval over one process's passes says nothing
+of the next run. Now the in-job estimate is the median over processes of
+each one's median pair, with a bootstrap interval over the processes, as the
+fleet report computes it (Note [One process, one vote] in
+`python/autograd_device_logging/fleet_report.py`), and the A/B interval is
+over the runs' medians. The second table is the in-job method without the
+washout: there a timed pass may follow a pass of the other mode, which a
+whole run never does.
+
+"""
+
+
+def write(output, text):
+    doc_sections.replace_section(output, marker(), text, HEADER)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=400, help="steps of the in-job run")
+    parser.add_argument("--output", default=os.path.join(REPO, "docs", "threading-cost.md"))
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        choices=sorted(MODELS),
+        help="only these models, into a section of their own",
+    )
+    parser.add_argument("--in-job-processes", type=int, default=IN_JOB_PROCESSES)
+    parser.add_argument("--ab-runs", type=int, default=AB_RUNS, help="runs per mode")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    CONFIG.update(models=args.models, in_job_processes=args.in_job_processes, ab_runs=args.ab_runs)
+    if args.child:
+        kind, name, *rest = args.child
+        if kind == "in-job":
+            child_in_job(name, int(rest[0]), int(rest[1]))
+        elif kind == "ab":
+            child_ab(name, int(rest[0]), rest[1] == "on")
+        else:
+            child_grads(name)
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("needs a CUDA device")
+    package = build_library()
+    rows, skipped, _ = measure(package, args.steps)
+    write(args.output, section(rows, skipped, args.steps))
+    print(open(args.output).read())
+
+
+if __name__ == "__main__":
+    main()
