@@ -127,6 +127,36 @@ class TestImportHook(TestCase):
         self.assertEqual(report["COPIES"], "1")
         self.assertEqual(self.warnings_in(proc), [])
 
+    def test_measurement_asked_for_in_the_environment_wraps_torch(self):
+        # Note [Measuring from before torch is imported]: the hook imports
+        # the package from inside its own finder, and hands torch's lookup
+        # on to the finder that installs the sampler once torch's module ran.
+        proc = self.run_python(
+            [
+                "-c",
+                TORCH_FIRST_SCRIPT
+                + "for i in range(6):\n"
+                + "    ((a.to(d0) * 2).sum() + (a.to(d1) * 3).sum().to(d0)).backward()\n"
+                + "import autograd_device_logging\n"
+                + "print('WRAPPED', hasattr(torch.autograd.backward, "
+                + "'_autograd_device_logging_wrapped'))\n"
+                + "print('PAIRS', sum(c.pairs for c in "
+                + "autograd_device_logging.threading_cost().classes.values()))\n"
+                + REPORT,
+            ],
+            env_extra={
+                "AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING": "1",
+                "AUTOGRAD_DEVICE_LOGGING_MEASURE_RATE": "1",
+                "AUTOGRAD_DEVICE_LOGGING_MEASURE_WARMUP": "1",
+                "AUTOGRAD_DEVICE_LOGGING_MEASURE_WASHOUT": "0",
+            },
+        )
+        report = self.report_of(proc)
+        self.assertEqual(report["ACTIVATED"], "on torch import")
+        self.assertEqual(report["WRAPPED"], "True")
+        self.assertEqual(report["PAIRS"], "3")
+        self.assertEqual(self.warnings_in(proc), [])
+
     def test_another_cxx_runtime_loaded_first(self):
         # Note [One C++ runtime per process] (cmake/library_linking.cmake):
         # a library exporting its own static libstdc++ is loaded globally,
