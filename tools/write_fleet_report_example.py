@@ -89,8 +89,9 @@ def main():
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} "
             f"({platform.machine()}, torch {' and '.join(releases)}): the demo's scenarios, "
             "each a job of 40 training steps with the threading-cost measurement on (`run_demo.py "
-            "--measure-threading`), on the test accelerator, once per torch release, with one "
-            "shared record directory:",
+            "--measure-threading`: 8 pairs per process, an illustration of the table rather than "
+            "a measurement), on the test accelerator, once per torch release, with one shared "
+            "record directory:",
             "",
             "```",
             report.rstrip("\n"),
