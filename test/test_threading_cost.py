@@ -135,6 +135,26 @@ class TestSampledPasses(ThreadingCostTestCase):
             self.assertEqual(second, [not first[0]] * 3, on_caller)
         self.assertEqual(proc.cost["classes"]["single_accelerator"]["pairs"], 2)
 
+    def test_processes_of_one_job_sample_the_same_passes(self):
+        # The seed is the job's name as the record gives it.
+        runs = [
+            where_from(
+                self.run_child(
+                    ON_ONE_DEVICE + where_each_pass_ran(24),
+                    **dict(
+                        EVERY_PASS,
+                        AUTOGRAD_DEVICE_LOGGING_MEASURE_RATE="0.5",
+                        AUTOGRAD_DEVICE_LOGGING_MEASURE_SEED="",
+                        AUTOGRAD_DEVICE_LOGGING_MEASURE_PAIRS="100",
+                        AUTOGRAD_DEVICE_LOGGING_JOB="one-job",
+                    ),
+                ).stdout
+            )
+            for _ in range(2)
+        ]
+        self.assertIn(True, runs[0])
+        self.assertEqual(runs[0], runs[1])
+
     def test_nothing_is_sampled_when_the_rate_is_zero_or_in_the_warm_up(self):
         code = ON_ONE_DEVICE + where_each_pass_ran(12)
         proc = self.run_child(code, **dict(EVERY_PASS, AUTOGRAD_DEVICE_LOGGING_MEASURE_RATE="0"))

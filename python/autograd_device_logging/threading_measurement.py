@@ -19,7 +19,8 @@ attributed to its own device class, decided as the events are. A pair counts
 only if both passes have the same class and the same number of nodes (the
 same graph, as in consecutive training steps).
 
-The random choices come from a generator seeded by the job's name (or
+The random choices come from a generator seeded by the job's name as the record
+gives it, else torch.distributed's rendezvous address (or
 AUTOGRAD_DEVICE_LOGGING_MEASURE_SEED), and one is drawn per pass after the
 warm-up: the ranks of a data-parallel job sample the same passes in the same
 modes, so no rank's timed pass waits on a peer running the other mode.
@@ -150,21 +151,20 @@ def summarize_pairs(pairs) -> Optional[ClassCost]:
     )
 
 
-def _job_seed() -> int:
+def _job_seed(lib) -> int:
     """The same on every rank of a job (Note [Measuring the cost of
-    single-threaded backward])."""
-    env = os.environ
-    run_id = env.get("TORCHELASTIC_RUN_ID", "")
-    job = (
-        env.get("AUTOGRAD_DEVICE_LOGGING_JOB")
-        or (run_id if run_id and run_id != "none" else "")
-        or env.get("SLURM_JOB_ID")
-        or (
+    single-threaded backward]): the job's name as the record gives it, or
+    else the rendezvous torch.distributed was told; random without either."""
+    name = ctypes.create_string_buffer(1024)
+    if lib.autograd_device_logging_job_wide_name(name, len(name)):
+        job = name.value.decode("utf-8", "replace")
+    else:
+        env = os.environ
+        job = (
             f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
             if env.get("MASTER_ADDR") and env.get("MASTER_PORT")
             else ""
         )
-    )
     return zlib.crc32(job.encode()) if job else random.SystemRandom().getrandbits(32)
 
 
@@ -187,13 +187,14 @@ class Sampler:
         self._lib = lib
         self._torch = torch_module
         self.settings = settings
-        seed = settings.seed if settings.seed is not None else _job_seed()
+        seed = settings.seed if settings.seed is not None else _job_seed(lib)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._active = 0
         self._started = 0
         self._passes = 0
         self._tried = 0
+        self._measured = 0
         self._stopped = False
         self._first: Optional[_Pass] = None
         # The passes left of the pair under way: (multithreading, timed).
@@ -232,7 +233,7 @@ class Sampler:
     def _done(self) -> bool:
         return (
             self._stopped
-            or sum(len(p) for p in self._pairs.values()) >= self.settings.max_pairs
+            or self._measured >= self.settings.max_pairs
             or self._tried >= 2 * self.settings.max_pairs
         )
 
@@ -414,6 +415,7 @@ class Sampler:
                 return
             off, on = (first, this) if not first.multithreading else (this, first)
             self._pairs[this.device_class].append((off.ns, on.ns))
+            self._measured += 1
         self.write_record()
 
     # -- results ----------------------------------------------------------
@@ -462,6 +464,8 @@ def declare(lib) -> None:
         ctypes.c_size_t,
         ctypes.POINTER(ctypes.c_uint64),
     ]
+    lib.autograd_device_logging_job_wide_name.restype = ctypes.c_int
+    lib.autograd_device_logging_job_wide_name.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.autograd_device_logging_set_record_threading_cost.restype = ctypes.c_int
     lib.autograd_device_logging_set_record_threading_cost.argtypes = [ctypes.c_char_p]
 

@@ -94,6 +94,13 @@ AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_set_record_activation(
 // object.
 AUTOGRAD_DEVICE_LOGGING_API int
 autograd_device_logging_set_record_threading_cost(const char* json);
+// The job's name as the record gives it, into `job` (truncated to `size`
+// bytes, NUL terminated), when something job-wide names it (not the program
+// and host): 1 then, else 0. The threading-cost measurement seeds its choices
+// with it, so that every rank of a job samples the same passes.
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_job_wide_name(
+    char* job,
+    size_t size);
 // Writes the record now rather than at exit (for processes that end with
 // _exit); 1 when written.
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_write_process_record(

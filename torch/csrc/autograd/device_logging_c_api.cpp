@@ -79,6 +79,10 @@ int autograd_device_logging_set_record_threading_cost(const char* json) {
   return device_logging::detail::set_record_threading_cost(json);
 }
 
+int autograd_device_logging_job_wide_name(char* job, size_t size) {
+  return device_logging::detail::job_wide_name(job, size);
+}
+
 int autograd_device_logging_write_process_record(void) {
   return device_logging::detail::write_process_record() ? 1 : 0;
 }

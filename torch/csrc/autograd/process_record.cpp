@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -474,6 +475,23 @@ bool write_record(const char* occasion) noexcept {
 }
 
 } // namespace
+
+int job_wide_name(char* out, size_t size) noexcept {
+  try {
+    const auto [job, source] = job_and_source("");
+    if (source == "program") {
+      return 0;
+    }
+    if (out != nullptr && size > 0) {
+      const size_t n = std::min(job.size(), size - 1);
+      std::memcpy(out, job.data(), n);
+      out[n] = '\0';
+    }
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
 
 bool write_process_record() noexcept {
   return write_record("explicit");

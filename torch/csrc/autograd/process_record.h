@@ -3,6 +3,8 @@
 // The per-process record behind the fleet report
 // (python -m autograd_device_logging report DIR).
 
+#include <cstddef>
+
 namespace torch::autograd::device_logging::detail {
 
 // Note [The per-process record]
@@ -57,6 +59,12 @@ void set_record_activation(const char* how) noexcept;
 // measured pair. 1 when written, 0 when no directory is set or the write
 // failed, -1 when `json` is not a JSON object.
 int set_record_threading_cost(const char* json) noexcept;
+
+// The job's name as the record gives it (Note [Which job a process belongs
+// to], process_record.cpp), into `out` (truncated to `size` bytes, NUL
+// terminated), when something job-wide names it: 1 then, 0 when only the
+// program and host would (each host would name the job differently).
+int job_wide_name(char* out, size_t size) noexcept;
 
 // Writes the record now; false when no directory is set, or, after one
 // warning, when it cannot be written.
