@@ -7,7 +7,8 @@ is one line: unless AUTOGRAD_DEVICE_LOGGING is an off value (0, false, no,
 off), the interpreter is isolated (python -I) or torch is already imported,
 it puts a finder named LoadBeforeTorch at the front of sys.meta_path. The
 finder finds nothing; at the first lookup of torch it imports this module
-and calls load_before_torch(), which removes the finder and, unless the
+and calls load_before_torch() (Note [The .pth cannot break import torch]),
+which removes the finder and, unless the
 switch has an off value by then (the program may set it itself before
 importing torch), imports autograd_device_logging: the library is loaded
 with RTLD_GLOBAL before torch's extension module binds
@@ -17,6 +18,22 @@ unmarshal at start-up, whether it imports torch or not; the one line costs
 less (docs/startup.md measures what it costs a process that never imports
 torch). python -S does not run site, so nothing is installed. Nothing here
 raises into `import torch`: a failure is one warning.
+
+Note [The .pth cannot break import torch]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The finder runs inside torch's own import, so anything it raises is raised
+by `import torch`. A site-packages copied in part into an image, a file
+removed by hand, or a second interpreter reading the same site directory can
+leave the .pth without this module, or this module or the package without
+its files or with a syntax error. So the finder does not import this module
+bare: at the lookup of torch it runs a small guarded block, kept in the .pth
+as a string and compiled only then (a lambda cannot hold a try, and
+compiling the block at every interpreter start-up would cost every process
+that never imports torch). Any exception from importing this module or
+running load_before_torch() removes the finder and becomes one
+RuntimeWarning, or one line on stderr where warnings are errors (-W error);
+torch is then imported without the library. load_before_torch() guards the
+package's import the same way. test/test_pth_guard.py tries each case.
 """
 
 import os
@@ -31,11 +48,16 @@ fired = False
 
 
 def _warn(message):
-    import warnings
+    text = "autograd_device_logging: " + message
+    try:
+        import warnings
 
-    warnings.warn_explicit(
-        "autograd_device_logging: " + message, RuntimeWarning, __file__, 0, module=__name__
-    )
+        warnings.warn_explicit(text, RuntimeWarning, __file__, 0, module=__name__)
+    except Exception:  # -W error makes it one: never into `import torch`
+        try:
+            sys.stderr.write(text + "\n")
+        except Exception:
+            pass
 
 
 def _finders():

@@ -419,6 +419,13 @@ TEST_DIR = os.path.dirname(os.path.abspath(__file__))
 ACCELERATOR_LIBRARY = os.path.join(BUILD_DIR, "test", "libautograd_test_accelerator.so")
 
 # Child prologue: the library first, then torch and the test accelerator.
+# How soon after the first pass, an event or a measured pair the record is on
+# disk (kRecordOnDiskWithin, Note [The record is written off the backward
+# path], record_writer.h), and how long exit waits for it at most
+# (kRecordWriteWaitLimit).
+RECORD_ON_DISK_WITHIN_S = 1.0
+RECORD_WRITE_WAIT_LIMIT_S = 2.0
+
 WITH_TEST_ACCELERATOR = f"""
 import autograd_device_logging, sys
 sys.path.insert(0, {TEST_DIR!r})

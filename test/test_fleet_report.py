@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 import jsonschema
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -440,7 +441,8 @@ class TestFleetReport(TestCase):
         self.assertEqual(
             summary["skipped"],
             {
-                "unreadable": 4,
+                "unreadable": 3,
+                "not a regular file": 1,
                 "not a record": 1,
                 "newer schema": 1,
                 "bad field: events": 1,
@@ -451,8 +453,46 @@ class TestFleetReport(TestCase):
         # The newer minor version is read, its unknown field ignored.
         self.assertEqual(summary["jobs"]["(all jobs)"]["processes"], 2)
         table = report(self.dir).stdout
-        self.assertIn("4 records skipped: unreadable", table)
+        self.assertIn("3 records skipped: unreadable", table)
         self.assertIn("1 record skipped: newer schema", table)
+
+    def test_entries_that_are_not_regular_files_are_skipped_without_blocking(self):
+        # Anyone may plant these in a shared directory: a FIFO (whose open
+        # would wait for a writer forever), a socket, links to both, to a
+        # device and to a real record. None is followed or waited on.
+        proc = subprocess.run(
+            [sys.executable, "-c", CPU_ONLY_PROGRAM],
+            env=child_env(self.dir),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        (good,) = [n for n in os.listdir(self.dir) if n.endswith(".json")]
+        os.mkfifo(os.path.join(self.dir, "x.json"))
+        server = socket.socket(socket.AF_UNIX)
+        self.addCleanup(server.close)
+        server.bind(os.path.join(self.dir, "s.json"))
+        for name, target in (
+            ("to-fifo.json", "x.json"),
+            ("to-socket.json", "s.json"),
+            ("to-device.json", "/dev/zero"),
+            ("to-record.json", good),
+        ):
+            os.symlink(target, os.path.join(self.dir, name))
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "autograd_device_logging", "report", self.dir, "--json"],
+            env=child_env(self.dir),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertLess(time.monotonic() - started, 30)
+        summary = json.loads(proc.stdout)
+        self.assertEqual(summary["skipped"], {"not a regular file": 2, "symbolic link": 4})
+        self.assertEqual(summary["jobs"]["(all jobs)"]["processes"], 1)
 
     def test_unwritable_directory_is_one_warning_and_the_exit_status_is_kept(self):
         blocker = os.path.join(self.tmp.name, "a-file")

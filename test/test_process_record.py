@@ -26,7 +26,10 @@ sys.path.insert(0, TEST_DIR)
 
 from test_autograd_device_logging import (  # noqa: E402
     ACCELERATOR_LIBRARY,
+    BUILD_DIR,
     LIBRARY,
+    RECORD_ON_DISK_WITHIN_S,
+    RECORD_WRITE_WAIT_LIMIT_S,
     TORCH_LOGS_EVENTS,
     WITH_TEST_ACCELERATOR,
     require_built,
@@ -34,6 +37,32 @@ from test_autograd_device_logging import (  # noqa: E402
 from test_fleet_report import child_env, only_record  # noqa: E402
 
 GPU_CPU = "torch.autograd.gpu_cpu_backward"
+# Preloaded, it stalls every fsync of the process by
+# $ADL_TEST_STALL_FSYNC_SECONDS: slow or hung shared storage.
+STALL_FSYNC_LIBRARY = os.path.join(BUILD_DIR, "test", "libadl_test_stall_fsync.so")
+# Three passes that reach the record's milestones: the first pass, then each
+# event raised for the first time; prints how long they took.
+TIMED_PASSES = """
+import time
+a = torch.ones(4, requires_grad=True)
+start = time.monotonic()
+(a * 2).sum().backward()
+(a.to(d0) * 2).sum().backward()
+((a.to(d0)).sum() + a.to(d1).sum().to(d0)).backward()
+print("PASSES", time.monotonic() - start, flush=True)
+"""
+# A first pass, then a pass that raises an event, each followed by a line on
+# stdout and a wait for a line on stdin: the test acts in between.
+IN_PHASES = """
+import sys
+a = torch.ones(4, requires_grad=True)
+(a * 2).sum().backward()
+print("FIRST", flush=True)
+sys.stdin.readline()
+(a.to(d0) * 2).sum().backward()
+print("EVENT", flush=True)
+sys.stdin.readline()
+"""
 # Scheduler variables a test machine may itself have set.
 SCHEDULER_VARIABLES = (
     "AUTOGRAD_DEVICE_LOGGING_JOB",
@@ -58,13 +87,9 @@ class TestProcessRecord(TestCase):
         self.dir = os.path.join(self.tmp.name, "records")
 
     def run_child(self, code, wait=True, **env):
-        base = child_env(self.dir)
-        for name in SCHEDULER_VARIABLES:
-            base.pop(name, None)
-        base.update(env)
         proc = subprocess.Popen(
             [sys.executable, "-c", code],
-            env=base,
+            env=self.env_of(**env),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -77,13 +102,65 @@ class TestProcessRecord(TestCase):
     def only_record(self):
         return only_record(self, self.dir)
 
+    def record_names(self):
+        if not os.path.isdir(self.dir):
+            return []
+        return [n for n in os.listdir(self.dir) if n.endswith(".json")]
+
+    def record_within_the_bound(self, written_at=None):
+        """The one record, once it is on disk (and written at `written_at`),
+        which must be within RECORD_ON_DISK_WITHIN_S."""
+        deadline = time.monotonic() + RECORD_ON_DISK_WITHIN_S
+        while True:
+            if self.record_names():
+                record = self.only_record()
+                if written_at is None or record["written_at"] == written_at:
+                    return record
+            if time.monotonic() > deadline:
+                self.fail(f"no record written at {written_at} within {RECORD_ON_DISK_WITHIN_S} s")
+            time.sleep(0.01)
+
+    def start_in_phases(self, **env):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WITH_TEST_ACCELERATOR + IN_PHASES],
+            env=self.env_of(**env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.addCleanup(proc.kill)
+        self.assertEqual(proc.stdout.readline().strip(), "FIRST")
+        return proc
+
+    def next_phase(self, proc, expect):
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        self.assertEqual(proc.stdout.readline().strip(), expect)
+
+    def finish(self, proc):
+        out, err = proc.communicate("\n", timeout=300)
+        self.assertEqual(proc.returncode, 0, err)
+        return err
+
+    def env_of(self, **env):
+        base = child_env(self.dir)
+        for name in SCHEDULER_VARIABLES:
+            base.pop(name, None)
+        base.update(env)
+        return base
+
+    def warnings_of(self, stderr):
+        return [line for line in stderr.splitlines() if "autograd_device_logging" in line]
+
     def test_sigkill_after_an_event_leaves_the_event(self):
         # The process raises gpu_cpu, then is killed: no atexit handler runs.
         code = (
             WITH_TEST_ACCELERATOR
             + "a = torch.ones(4, requires_grad=True)\n"
             + "(a.to(d0) * 2).sum().backward()\n"
-            + "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
+            + f"import os, signal, time\ntime.sleep({RECORD_ON_DISK_WITHIN_S})\n"
+            + "os.kill(os.getpid(), signal.SIGKILL)\n"
         )
         proc = self.run_child(code)
         self.assertEqual(proc.returncode, -signal.SIGKILL, proc.stderr_text)
@@ -111,7 +188,7 @@ class TestProcessRecord(TestCase):
         )
         try:
             self.assertEqual(proc.stdout.readline().strip(), "PASSED")
-            record = self.only_record()
+            record = self.record_within_the_bound()
             self.assertEqual(record["written_at"], "first_pass")
             self.assertTrue(record["ran_backward"])
             self.assertEqual(record["events"], [])
@@ -172,10 +249,10 @@ class TestProcessRecord(TestCase):
         dead = subprocess.Popen(["true"])
         dead.wait()
         files = {
-            "dead": f"{host}-{dead.pid}-1.json.tmp",
-            "old": "other-host-1-1.json.tmp",
-            "fresh": "other-host-2-2.json.tmp",
-            "alive": f"{host}-{os.getpid()}-3.json.tmp",
+            "dead": f"{host}-{dead.pid}-1.json.0123456789abcdef.tmp",
+            "old": "other-host-1-1.json.0123456789abcdef.tmp",
+            "fresh": "other-host-2-2.json.0123456789abcdef.tmp",
+            "alive": f"{host}-{os.getpid()}-3.json.0123456789abcdef.tmp",
         }
         for name in files.values():
             with open(os.path.join(tmp, name), "w") as f:
@@ -195,6 +272,197 @@ class TestProcessRecord(TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr_text)
         for path in (fresh_dir, os.path.join(fresh_dir, ".tmp")):
             self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o1777, path)
+
+    def test_stalled_storage_never_stalls_a_backward_pass(self):
+        # Every fsync of the process takes 5 s: before the writer thread, the
+        # first pass of an accelerator+CPU graph took 4 fsyncs on the caller.
+        stalled = self.run_child(
+            WITH_TEST_ACCELERATOR + TIMED_PASSES + "import os\nos._exit(0)\n",
+            LD_PRELOAD=STALL_FSYNC_LIBRARY,
+            ADL_TEST_STALL_FSYNC_SECONDS="5",
+        )
+        self.assertEqual(stalled.returncode, 0, stalled.stderr_text)
+        without_dir = self.run_child(
+            WITH_TEST_ACCELERATOR + TIMED_PASSES + "import os\nos._exit(0)\n",
+            AUTOGRAD_DEVICE_LOGGING_REPORT_DIR="",
+        )
+        self.assertEqual(without_dir.returncode, 0, without_dir.stderr_text)
+        took = {}
+        for name, proc in (("stalled", stalled), ("without a directory", without_dir)):
+            lines = [l for l in proc.stdout_text.splitlines() if l.startswith("PASSES ")]
+            self.assertEqual(len(lines), 1, proc.stdout_text)
+            took[name] = float(lines[0].split()[1])
+        # The passes took as long as without a report directory (1 s of
+        # scheduling noise allowed on a loaded machine), far from one stall.
+        self.assertLess(took["stalled"], took["without a directory"] + 1.0, took)
+        self.assertLess(took["stalled"], 2.5, took)
+
+    def test_exit_waits_for_hung_storage_at_most_the_bound(self):
+        # A hung mount: every fsync takes 10 minutes. The process exits
+        # within the bound, with one warning, and its status is its own.
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                WITH_TEST_ACCELERATOR + TIMED_PASSES + "print('EXITING', flush=True)\n",
+            ],
+            env=self.env_of(LD_PRELOAD=STALL_FSYNC_LIBRARY, ADL_TEST_STALL_FSYNC_SECONDS="600"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.addCleanup(proc.kill)
+        while proc.stdout.readline().strip() != "EXITING":
+            self.assertIsNone(proc.poll())
+        exiting = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        exited = time.monotonic() - exiting
+        self.assertEqual(proc.returncode, 0, err)
+        # The bound, and 3 s for the interpreter's and torch's own exit.
+        self.assertLess(exited, RECORD_WRITE_WAIT_LIMIT_S + 3.0, err)
+        warnings = self.warnings_of(err)
+        self.assertEqual(len(warnings), 1, err)
+        self.assertIn("was not written within 2000 ms at exit", warnings[0])
+
+    def test_a_planted_link_at_a_temporary_name_is_never_followed(self):
+        # A second party learns the record's name from DIR and plants links
+        # at the names a temporary of it could have: the old fixed name, and
+        # the new ones' prefix. The next write must leave their target alone.
+        victim = os.path.join(self.tmp.name, "precious")
+        with open(victim, "w") as f:
+            f.write("precious data")
+        proc = self.start_in_phases()
+        name = os.path.basename(self.record_names_within_the_bound()[0])
+        tmp = os.path.join(self.dir, ".tmp")
+        os.symlink(victim, os.path.join(tmp, name + ".tmp"))
+        os.symlink(victim, os.path.join(tmp, name + ".0000000000000000.tmp"))
+        self.next_phase(proc, "EVENT")
+        record = self.record_within_the_bound(written_at="event")
+        self.assertEqual(record["events"], [GPU_CPU])
+        self.finish(proc)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious data")
+        self.assertEqual(self.only_record()["written_at"], "exit")
+
+    def record_names_within_the_bound(self):
+        self.record_within_the_bound()
+        return self.record_names()
+
+    def test_a_link_planted_at_the_record_name_is_replaced_not_followed(self):
+        victim = os.path.join(self.tmp.name, "precious")
+        with open(victim, "w") as f:
+            f.write("precious data")
+        proc = self.start_in_phases()
+        path = os.path.join(self.dir, self.record_names_within_the_bound()[0])
+        os.remove(path)
+        os.symlink(victim, path)
+        self.next_phase(proc, "EVENT")
+        self.finish(proc)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious data")
+        self.assertTrue(stat.S_ISREG(os.lstat(path).st_mode))
+        record = self.only_record()
+        self.assertEqual((record["written_at"], record["events"]), ("exit", [GPU_CPU]))
+
+    def assert_refused(self, proc, because, *untouched):
+        self.assertEqual(proc.returncode, 0, proc.stderr_text)
+        warnings = self.warnings_of(proc.stderr_text)
+        self.assertEqual(len(warnings), 1, proc.stderr_text)
+        self.assertIn(because, warnings[0])
+        for path in untouched:
+            self.assertEqual(os.listdir(path), [], path)
+
+    def test_a_temporaries_directory_that_is_a_link_is_refused(self):
+        elsewhere = os.path.join(self.tmp.name, "elsewhere")
+        os.makedirs(elsewhere)
+        os.makedirs(self.dir)
+        os.symlink(elsewhere, os.path.join(self.dir, ".tmp"))
+        proc = self.run_child(WITH_TEST_ACCELERATOR + TIMED_PASSES)
+        self.assert_refused(proc, ".tmp is a symbolic link", elsewhere)
+        self.assertEqual(self.record_names(), [])
+
+    def test_a_record_directory_that_is_a_link_is_refused(self):
+        elsewhere = os.path.join(self.tmp.name, "elsewhere")
+        os.makedirs(elsewhere)
+        os.symlink(elsewhere, self.dir)
+        proc = self.run_child(WITH_TEST_ACCELERATOR + TIMED_PASSES)
+        self.assert_refused(proc, "records is a symbolic link", elsewhere)
+
+    def another_users_uid(self):
+        if os.geteuid() != 0:
+            self.skipTest("giving a file to another user needs root")
+        return 65534  # nobody
+
+    def test_another_users_temporaries_directory_without_the_sticky_bit_is_refused(self):
+        uid = self.another_users_uid()
+        tmp = os.path.join(self.dir, ".tmp")
+        os.makedirs(tmp)
+        os.chmod(tmp, 0o777)
+        os.chown(tmp, uid, uid)
+        proc = self.run_child(WITH_TEST_ACCELERATOR + TIMED_PASSES)
+        self.assert_refused(proc, ".tmp belongs to another user", tmp)
+        self.assertEqual(self.record_names(), [])
+        # Sticky, like /tmp, it is shared.
+        os.chmod(tmp, 0o1777)
+        proc = self.run_child(WITH_TEST_ACCELERATOR + TIMED_PASSES)
+        self.assertEqual(self.warnings_of(proc.stderr_text), [])
+        self.assertEqual(self.only_record()["written_at"], "exit")
+
+    def test_stale_temporaries_of_another_user_and_links_stay(self):
+        uid = self.another_users_uid()
+        tmp = os.path.join(self.dir, ".tmp")
+        os.makedirs(tmp)
+        os.chmod(tmp, 0o1777)
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        host = socket.gethostname()
+        theirs = os.path.join(tmp, f"{host}-{dead.pid}-1.json.0123456789abcdef.tmp")
+        with open(theirs, "w") as f:
+            f.write("{")
+        os.chown(theirs, uid, uid)
+        two_days_ago = time.time() - 2 * 24 * 3600
+        os.utime(theirs, (two_days_ago, two_days_ago))
+        victim = os.path.join(self.tmp.name, "precious")
+        with open(victim, "w") as f:
+            f.write("precious data")
+        link = os.path.join(tmp, f"{host}-{dead.pid}-2.json.0123456789abcdef.tmp")
+        os.symlink(victim, link)
+        proc = self.run_child("import autograd_device_logging, torch\n")
+        self.assertEqual(proc.returncode, 0, proc.stderr_text)
+        self.assertEqual(
+            sorted(os.listdir(tmp)), sorted([os.path.basename(theirs), os.path.basename(link)])
+        )
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious data")
+
+    def test_a_forked_child_writes_its_own_record(self):
+        # The parent's writer thread is not in the child: the child starts
+        # its own, under its own pid, for the record it writes at exit (torch
+        # refuses a backward pass in a child forked after one).
+        code = (
+            WITH_TEST_ACCELERATOR
+            + "a = torch.ones(4, requires_grad=True)\n"
+            + "(a.to(d0) * 2).sum().backward()\n"
+            + "import os, sys\n"
+            + "pid = os.fork()\n"
+            + "if pid == 0:\n"
+            + "    sys.exit(0)\n"
+            + "_, status = os.waitpid(pid, 0)\n"
+            + "assert status == 0, status\n"
+        )
+        proc = self.run_child(code)
+        self.assertEqual(proc.returncode, 0, proc.stderr_text)
+        names = self.record_names()
+        self.assertEqual(len(names), 2, (names, proc.stderr_text))
+        pids = set()
+        for name in names:
+            with open(os.path.join(self.dir, name)) as f:
+                record = json.load(f)
+            self.assertEqual(record["written_at"], "exit")
+            self.assertEqual(record["events"], [GPU_CPU])
+            pids.add(record["pid"])
+        self.assertEqual(len(pids), 2)
+        self.assertEqual(self.warnings_of(proc.stderr_text), [])
 
 
 if __name__ == "__main__":

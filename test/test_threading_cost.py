@@ -25,6 +25,7 @@ sys.path.insert(0, TEST_DIR)
 from test_autograd_device_logging import (  # noqa: E402
     ACCELERATOR_LIBRARY,
     LIBRARY,
+    RECORD_ON_DISK_WITHIN_S,
     WITH_TEST_ACCELERATOR,
     require_built,
 )
@@ -363,10 +364,11 @@ class TestResults(ThreadingCostTestCase):
     def test_the_record_keeps_the_pairs_through_sigkill(self):
         proc = self.run_child(
             ON_ONE_DEVICE
-            + """
-import os, signal
+            + f"""
+import os, signal, time
 for i in range(6):
     one_pass()
+time.sleep({RECORD_ON_DISK_WITHIN_S})  # the pairs reach the disk within it
 os.kill(os.getpid(), signal.SIGKILL)
 """,
             expect_success=False,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import json
 import os
 import re
@@ -269,19 +270,35 @@ def _parse_first_format(record: dict) -> Record:
 
 def read_records(directory: str, skipped: Counter) -> Iterator[Record]:
     """The records of `directory`, one at a time; what is not one is counted
-    in `skipped` by reason."""
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+    in `skipped` by reason.
+
+    The directory is shared (any user may add entries), so nothing in it is
+    followed or waited on: a symbolic link is skipped, and so is anything
+    that is not a regular file (a FIFO, whose open() would block until a
+    writer came, a socket, a device, a directory). The open() does not follow
+    links and does not block, and the file is checked again once open, in
+    case the entry was replaced after it was listed."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     with os.scandir(directory) as entries:
         for entry in entries:
             name = entry.name
             if not name.endswith(".json") or name.startswith("."):
                 continue
             try:
-                fd = os.open(entry.path, flags)
+                if entry.is_symlink():
+                    raise Skip("symbolic link")
+                if not entry.is_file(follow_symlinks=False):
+                    raise Skip("not a regular file")
+                try:
+                    fd = os.open(entry.path, flags)
+                except OSError as e:
+                    if e.errno == errno.ELOOP:
+                        raise Skip("symbolic link")
+                    raise
                 try:
                     info = os.fstat(fd)
                     if not stat.S_ISREG(info.st_mode):
-                        raise OSError("not a regular file")
+                        raise Skip("not a regular file")
                     if info.st_size > MAX_RECORD_BYTES:
                         raise Skip("too large")
                     data = os.read(fd, info.st_size + 1)

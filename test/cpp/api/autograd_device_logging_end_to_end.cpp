@@ -17,6 +17,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -157,6 +161,54 @@ TEST(EndToEnd, SixteenThreadsThousandPassesEachEventOnceGradientsRight) {
   EXPECT_EQ(recorder.count(kMulti), 1u);
   EXPECT_EQ(recorder.count(kGpuCpu), 1u);
   EXPECT_EQ(recorder.events().size(), 2u);
+}
+
+// --- The per-process record, asked for by many threads at once
+// ------------------------------------------------------
+
+// Sixteen threads reach the first pass and both events at once: each only
+// asks the writer thread (Note [The record is written off the backward
+// path]), which writes one file holding both events; run under TSan with the
+// other concurrent cases.
+TEST(ProcessRecord, SixteenThreadsAskTheWriterAtOnce) {
+  char dir_template[] = "/tmp/adl-record-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::filesystem::path dir = std::filesystem::path(dir_template) / "r";
+  autograd_device_logging_set_report_dir(dir.c_str());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([t] {
+      for (int i = 0; i < 20; ++i) {
+        auto x = torch::full({2}, 1.0, torch::requires_grad());
+        if ((t + i) % 2 == 0) {
+          (x.to(kDevice0) * 2).sum().backward();
+        } else {
+          ((x.to(kDevice0) * 2).sum() + x.to(kDevice1).sum().to(kDevice0))
+              .backward();
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  ASSERT_EQ(autograd_device_logging_write_process_record(), 1);
+  std::vector<std::filesystem::path> records;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == ".json") {
+      records.push_back(entry.path());
+    }
+  }
+  ASSERT_EQ(records.size(), 1u);
+  std::ifstream in(records[0]);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find(std::string("\"") + kMulti + "\""), std::string::npos);
+  EXPECT_NE(text.find(std::string("\"") + kGpuCpu + "\""), std::string::npos);
+  EXPECT_NE(text.find("\"written_at\":\"explicit\""), std::string::npos);
+  // The temporaries went with their renames.
+  EXPECT_TRUE(std::filesystem::is_empty(dir / ".tmp"));
+  autograd_device_logging_set_report_dir("");
+  std::filesystem::remove_all(dir_template);
 }
 
 // --- A failing classifier

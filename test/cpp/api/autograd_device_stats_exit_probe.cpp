@@ -2,6 +2,8 @@
 // exits normally; ctest checks the statistics summary it prints at exit
 // (PYTORCH_AUTOGRAD_DEVICE_STATS=1 in its environment).
 
+#include "leak_check.h"
+
 #include <torch/torch.h>
 
 int main() {
@@ -14,5 +16,7 @@ int main() {
   (x.to(d0) * 2).sum().backward(); // accelerator_cpu
   auto b = torch::ones({2}, torch::device(d1).requires_grad(true));
   ((a * 2).sum() + b.sum().to(d0)).backward(); // multi_accelerator
+  // Note [Leaks are checked while torch's engine threads still run].
+  torch::autograd::device_logging::testing::check_leaks_now();
   return 0;
 }

@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/interposition.h>
 #include <torch/csrc/autograd/pass_logging.h>
+#include <torch/csrc/autograd/record_file.h>
+#include <torch/csrc/autograd/record_writer.h>
 
 #include <c10/core/DeviceType.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -15,23 +17,18 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <mutex>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
+#include <pthread.h>
 #include <unistd.h>
 
 namespace torch::autograd::device_logging::detail {
@@ -61,23 +58,49 @@ RecordSettings& settings() {
   return *s;
 }
 
-// Serializes the writes of one process (hook milestones, explicit, exit).
-std::mutex& write_mutex() {
-  static auto* m = new std::mutex();
-  return *m;
-}
-
-bool write_record(const char* occasion) noexcept;
+// A directory is set: the hook's milestones ask the writer thread for a
+// write (Note [The record is written off the backward path]).
+std::atomic<bool> record_armed{false};
 
 void write_at_exit() {
-  write_record("exit");
+  if (!record_armed.load(std::memory_order_acquire)) {
+    return;
+  }
+  if (write_record_and_wait(kRecordAtExit, kRecordWriteWaitLimit) ==
+      RecordWait::kTimedOut) {
+    stop_record_writer();
+    warn_to_stderr(
+        "autograd_device_logging: this process's record was not written "
+        "within " +
+        std::to_string(kRecordWriteWaitLimit.count()) +
+        " ms at exit (is the report directory's storage hung?); exiting "
+        "without it.");
+  }
+}
+
+// The writer thread takes settings().mutex for a copy; a fork() in another
+// thread meanwhile must not leave the child's copy locked.
+void lock_settings_for_fork() {
+  settings().mutex.lock();
+}
+
+void unlock_settings_after_fork() {
+  settings().mutex.unlock();
 }
 
 void arm(const std::string& dir) {
-  static const bool registered = (std::atexit(&write_at_exit), true);
+  static const bool registered =
+      (std::atexit(&write_at_exit),
+       pthread_atfork(
+           &lock_settings_for_fork,
+           &unlock_settings_after_fork,
+           &unlock_settings_after_fork),
+       true);
   (void)registered;
+  prepare_record_writer();
   std::lock_guard<std::mutex> lock(settings().mutex);
   settings().dir = dir;
+  record_armed.store(!dir.empty(), std::memory_order_release);
 }
 
 std::string getenv_or_empty(const char* name) {
@@ -331,96 +354,19 @@ int set_record_threading_cost(const char* json_text) noexcept {
       std::lock_guard<std::mutex> lock(settings().mutex);
       settings().threading_cost = std::move(value);
     }
-    return write_record("measurement") ? 1 : 0;
+    if (!record_armed.load(std::memory_order_acquire)) {
+      return 0;
+    }
+    request_record_write(kRecordAtMeasurement);
+    return 1;
   } catch (...) {
     return -1;
   }
 }
 
-namespace {
-
-// Creates `dir` if it is missing, writable for every user (Note [The
-// per-process record]); an existing directory keeps its mode.
-void make_shared_directory(const std::string& dir) {
-  if (mkdir(dir.c_str(), 01777) == 0) {
-    chmod(dir.c_str(), 01777); // mkdir's mode is masked by the umask
-  } else if (errno != EEXIST) {
-    throw std::runtime_error(std::strerror(errno));
-  }
-}
-
-// Removes temporary files of writers that can no longer finish: on this
-// host, those whose process is gone; on any host, those a day old. A
-// temporary's name is HOST-PID-STARTNS.json.tmp.
-void remove_stale_temporaries(
-    const std::string& tmp_dir,
-    const std::string& host) {
-  std::error_code error;
-  const auto now = std::filesystem::file_time_type::clock::now();
-  for (const auto& entry :
-       std::filesystem::directory_iterator(tmp_dir, error)) {
-    const std::string name = entry.path().filename().string();
-    bool stale = false;
-    if (name.compare(0, host.size() + 1, host + "-") == 0) {
-      const long long pid =
-          std::strtoll(name.c_str() + host.size() + 1, nullptr, 10);
-      stale =
-          pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
-    }
-    const auto modified = entry.last_write_time(error);
-    stale = stale || (!error && now - modified > std::chrono::hours(24));
-    if (stale) {
-      std::filesystem::remove(entry.path(), error);
-    }
-  }
-}
-
-// Writes `text` to `path` durably: a temporary in `tmp_dir`, fsync, rename.
-void write_atomically(
-    const std::string& text,
-    const std::string& tmp_dir,
-    const std::string& dir,
-    const std::string& name) {
-  const std::string temporary = tmp_dir + "/" + name + ".tmp";
-  const std::string final_path = dir + "/" + name;
-  const int fd =
-      open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw std::runtime_error(std::strerror(errno));
-  }
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      const std::string cause = std::strerror(errno);
-      close(fd);
-      std::remove(temporary.c_str());
-      throw std::runtime_error(cause);
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = fsync(fd) == 0;
-  const bool closed = close(fd) == 0;
-  if (!synced || !closed ||
-      std::rename(temporary.c_str(), final_path.c_str()) != 0) {
-    const std::string cause = std::strerror(errno);
-    std::remove(temporary.c_str());
-    throw std::runtime_error(cause);
-  }
-  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    fsync(dir_fd);
-    close(dir_fd);
-  }
-}
-
-bool write_record(const char* occasion) noexcept {
+bool write_record_on_the_writer_thread(const char* occasion) noexcept {
   std::string dir;
   try {
-    std::lock_guard<std::mutex> writing(write_mutex());
     std::string program;
     std::string activation;
     nlohmann::json threading_cost;
@@ -451,14 +397,14 @@ bool write_record(const char* occasion) noexcept {
         make_record(program, activation, threading_cost, occasion)
             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
         "\n";
-    const std::string tmp_dir = dir + "/.tmp";
-    std::error_code ignored;
-    std::filesystem::create_directories(
-        std::filesystem::path(dir).parent_path(), ignored);
-    make_shared_directory(dir);
-    make_shared_directory(tmp_dir);
-    remove_stale_temporaries(tmp_dir, host_name());
-    write_atomically(text, tmp_dir, dir, name);
+    // The temporary is HOST-PID-STARTNS.json.RANDOM.tmp: a later writer on
+    // this host removes it once PID is gone.
+    replace_file_in_shared_directory(
+        dir,
+        name,
+        text,
+        /*temporary_prefix=*/name,
+        /*stale_prefix=*/host_name() + "-");
     return true;
   } catch (const std::exception& e) {
     // One warning per process, however many of its writes fail.
@@ -473,8 +419,6 @@ bool write_record(const char* occasion) noexcept {
   }
   return false;
 }
-
-} // namespace
 
 int job_wide_name(char* out, size_t size) noexcept {
   try {
@@ -494,15 +438,21 @@ int job_wide_name(char* out, size_t size) noexcept {
 }
 
 bool write_process_record() noexcept {
-  return write_record("explicit");
+  return record_armed.load(std::memory_order_acquire) &&
+      write_record_and_wait(kRecordExplicit, kRecordWriteWaitLimit) ==
+      RecordWait::kWritten;
 }
 
 void record_first_backward_pass() noexcept {
-  write_record("first_pass");
+  if (record_armed.load(std::memory_order_acquire)) {
+    request_record_write(kRecordAtFirstPass);
+  }
 }
 
 void record_event_raised() noexcept {
-  write_record("event");
+  if (record_armed.load(std::memory_order_acquire)) {
+    request_record_write(kRecordAtEvent);
+  }
 }
 
 } // namespace torch::autograd::device_logging::detail

@@ -26,16 +26,20 @@ namespace torch::autograd::device_logging::detail {
 // without atexit handlers. So the record is written when the process's first
 // backward pass reaches the hook, again when an event is first raised, and
 // at exit; each write replaces the process's one file
-// (HOST-PID-STARTNS.json) atomically: the text goes to a temporary file in
-// DIR/.tmp, is fsync'ed, and is renamed into place. A process killed after
-// an event fired leaves a record that holds the event. At most three writes
+// (HOST-PID-STARTNS.json) atomically, and none happens on the thread that
+// asked for it: the library's writer thread does the I/O (Note [The record
+// is written off the backward path], record_writer.h), and the file is
+// replaced without following any name that another user of the directory
+// could have planted (Note [Writing into a directory that others can
+// write], record_file.h). A process killed more than a second after an
+// event fired leaves a record that holds the event. At most three writes
 // happen during a run (and one per measured pair while the threading-cost
 // measurement is on), none per pass after them, none by throwing; a
 // directory that cannot be written costs one warning and leaves the process
-// and its exit status alone. Temporary files that a killed writer left in
-// DIR/.tmp are removed by later writers on the same host (its process is
-// gone) or on any host (a day old). When the library creates DIR or
-// DIR/.tmp it makes them writable for every user, sticky like /tmp
+// and its exit status alone. Temporary files that a killed writer of this
+// user left in DIR/.tmp are removed by later writers on the same host (its
+// process is gone) or on any host (a day old). When the library creates DIR
+// or DIR/.tmp it makes them writable for every user, sticky like /tmp
 // (mode 1777), so that several users' jobs can share one directory.
 // Strings such as argv are arbitrary bytes; the JSON is produced by
 // nlohmann/json (third_party/), invalid UTF-8 replaced.
@@ -53,11 +57,11 @@ void set_record_activation(const char* how) noexcept;
 
 // What the threading-cost measurement found
 // (python/autograd_device_logging/threading_measurement.py), as a JSON object,
-// or nullptr for none: the record's `threading_cost`. The record is written
-// again at once, so that a measured pair survives SIGKILL; the measurement
-// calls this after a pair, never during a pass, and at most once per
-// measured pair. 1 when written, 0 when no directory is set or the write
-// failed, -1 when `json` is not a JSON object.
+// or nullptr for none: the record's `threading_cost`. The writer thread
+// writes the record again at once, so that a measured pair survives SIGKILL;
+// the measurement calls this after a pair, never during a pass, and at most
+// once per measured pair. 1 when the write was asked for, 0 when no
+// directory is set, -1 when `json` is not a JSON object.
 int set_record_threading_cost(const char* json) noexcept;
 
 // The job's name as the record gives it (Note [Which job a process belongs
@@ -66,13 +70,20 @@ int set_record_threading_cost(const char* json) noexcept;
 // program and host would (each host would name the job differently).
 int job_wide_name(char* out, size_t size) noexcept;
 
-// Writes the record now; false when no directory is set, or, after one
-// warning, when it cannot be written.
+// Has the writer thread write the record now and waits for it (at most
+// kRecordWriteWaitLimit, record_writer.h); false when no directory is set,
+// when the wait ran out, or, after one warning, when it cannot be written.
 bool write_process_record() noexcept;
 
+// Builds the record as it stands and replaces the file; only the writer
+// thread calls it (record_writer.cpp). False when no directory is set or,
+// after one warning per process, when it cannot be written.
+bool write_record_on_the_writer_thread(const char* occasion) noexcept;
+
 // The hook's milestones (Note [The per-process record]): the process's first
-// backward pass, and an event raised for the first time. Each writes the
-// record if a directory is set. Never throw.
+// backward pass, and an event raised for the first time. Each asks the
+// writer thread for a write if a directory is set; neither blocks, does I/O
+// or throws.
 void record_first_backward_pass() noexcept;
 void record_event_raised() noexcept;
 

@@ -1,0 +1,75 @@
+#pragma once
+
+// The library's own thread that writes the per-process record (Note [The
+// per-process record], process_record.h), so that no thread that runs a
+// backward pass ever touches the file system for it.
+
+#include <chrono>
+#include <cstdint>
+
+namespace torch::autograd::device_logging::detail {
+
+// Note [The record is written off the backward path]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A fleet's record directory lives on shared storage (NFS, Lustre, a
+// FUSE-mounted bucket), where one fsync can take tens of milliseconds, a
+// thousand ranks reach their first backward pass in the same second, and a
+// hung mount blocks forever. So the hook never writes: the first pass and
+// the first raising of an event only ask for a write, which costs two atomic
+// read-modify-writes and a sem_post (which never blocks), and the first ask
+// in a process also starts the writer thread (pthread_create, once per
+// process; again in a child after fork(), whose copy of the thread is gone).
+// The writer thread, with every signal blocked, builds the record and
+// replaces the file (Note [Writing into a directory that others can
+// write], record_file.h). Requests that arrive while it writes are folded
+// into one more write, which reads the state as it is then, so no write is
+// lost and none is repeated for nothing.
+//
+// The bounds, on storage that answers: a record is on disk within 1 s
+// (kRecordOnDiskWithin) of the first pass and of the first raising of an
+// event, so a process killed with SIGKILL after that leaves its events. The
+// measurement's pairs (set_record_threading_cost) reach the record the same
+// way. At exit, and for an explicit write_process_record(), the calling
+// thread waits for the write at most kRecordWriteWaitLimit (2 s); past that
+// the process goes on (exits) without it, and the writer thread, which may
+// be stuck in the kernel on a hung mount, touches nothing more: exit is
+// destroying the statics it would read.
+
+// Why the record is being written: its written_at. One write that serves
+// several names the first of exit, explicit, event, measurement, first_pass.
+enum RecordOccasion : uint8_t {
+  kRecordAtFirstPass = 1u << 0,
+  kRecordAtMeasurement = 1u << 1,
+  kRecordAtEvent = 1u << 2,
+  kRecordExplicit = 1u << 3,
+  kRecordAtExit = 1u << 4,
+};
+
+// The bound on how long after a request the record is on disk, on storage
+// that answers (what the tests check).
+constexpr std::chrono::milliseconds kRecordOnDiskWithin{1000};
+// The most that exit or an explicit write waits for the writer thread.
+constexpr std::chrono::milliseconds kRecordWriteWaitLimit{2000};
+
+// Builds the writer's state; arming the record calls it, so that no pass
+// does.
+void prepare_record_writer() noexcept;
+
+// Asks the writer thread for a write. Never blocks, performs no I/O, and
+// never throws; the first call in a process starts the thread.
+void request_record_write(RecordOccasion occasion) noexcept;
+
+enum class RecordWait : uint8_t { kWritten, kFailed, kTimedOut };
+
+// Asks for a write and waits until it is done, or `limit` has passed.
+RecordWait write_record_and_wait(
+    RecordOccasion occasion,
+    std::chrono::milliseconds limit) noexcept;
+
+// After exit gave up waiting: the writer thread writes nothing more.
+void stop_record_writer() noexcept;
+
+// The record's written_at for a set of RecordOccasion bits.
+const char* record_occasion_name(uint32_t occasions) noexcept;
+
+} // namespace torch::autograd::device_logging::detail
