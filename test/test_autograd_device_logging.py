@@ -903,7 +903,11 @@ class TestDeviceStats(TestCase):
             f.write(
                 textwrap.dedent(
                     f"""
-                    import os, sys
+                    import faulthandler, os, sys
+                    # A hang (seen once in a soak, on torch 2.0.1, after the
+                    # table was printed) prints every thread's stack and
+                    # fails the rank, well before the test's own timeout.
+                    faulthandler.dump_traceback_later(120, exit=True)
                     import torch
                     import torch.distributed as dist
                     import autograd_device_logging

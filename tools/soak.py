@@ -141,8 +141,20 @@ def ci_round(scratch, log_dir, number):
         return []
     with open(log, errors="replace") as f:
         text = f.read()
-    failed = re.findall(r"^FAILED (\S+)", text, re.M)
-    failed += re.findall(r"^\s+\d+ - (\S+) \(Failed\)", text, re.M)
+    # pytest's failure headers (its -q summary names no test) and ctest's
+    # list of failed tests, for each suite the script runs.
+    # Each named with the section of the run it failed in ("== ..." lines).
+    sections = [(m.start(), m.group(1)) for m in re.finditer(r"^== (.+)$", text, re.M)]
+
+    def in_section(match):
+        names = [name for start, name in sections if start < match.start()]
+        return "%s (%s)" % (match.group(1), names[-1] if names else "set-up")
+
+    patterns = (
+        r"^_{3,} (\S+) _{3,}$",
+        r"^\s+\d+ - (\S+) \((?:Failed|Timeout|SEGFAULT|Subprocess aborted)\)",
+    )
+    failed = [in_section(m) for p in patterns for m in re.finditer(p, text, re.M)]
     return failed or ["(.ci/run: exit %d, log %s)" % (proc.returncode, log)]
 
 

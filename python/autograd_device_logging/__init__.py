@@ -208,10 +208,11 @@ def _set_report_dir(path: str) -> None:
 def write_process_record() -> bool:
     """Writes this process's record for the fleet report now, if
     AUTOGRAD_DEVICE_LOGGING_REPORT_DIR (or the launcher's --report) named a
-    directory. The library also writes it at the process's first backward
-    pass, when an event is first raised, and at exit (which a process that
-    leaves through os._exit never reaches); each write replaces the
-    process's one record."""
+    directory, and waits for it: the library's writer thread does the I/O,
+    and the wait ends after 2 s (False then, as when the write failed). The
+    library also writes it at the process's first backward pass, when an
+    event is first raised, and at exit (which a process that leaves through
+    os._exit never reaches); each write replaces the process's one record."""
     if _lib is None:
         return False
     _tell_record()
