@@ -3,21 +3,26 @@
 Note [The import hook costs a process without torch one line]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 autograd_device_logging.pth, which site runs at every interpreter start-up,
-is one line: unless AUTOGRAD_DEVICE_LOGGING is an off value (0, false, no,
-off), the interpreter is isolated (python -I) or torch is already imported,
-it puts a finder named LoadBeforeTorch at the front of sys.meta_path. The
-finder finds nothing; at the first lookup of torch it imports this module
-and calls load_before_torch() (Note [The .pth cannot break import torch]),
-which removes the finder and, unless the
-switch has an off value by then (the program may set it itself before
-importing torch), imports autograd_device_logging: the library is loaded
-with RTLD_GLOBAL before torch's extension module binds
-Engine::compute_dependencies. Importing a module from the .pth itself would
-cost every Python process in the environment a site-packages lookup and an
-unmarshal at start-up, whether it imports torch or not; the one line costs
-less (docs/startup.md measures what it costs a process that never imports
-torch). python -S does not run site, so nothing is installed. Nothing here
-raises into `import torch`: a failure is one warning.
+is one line: unless the interpreter is isolated (python -I) or torch is
+already imported, it puts a finder named LoadBeforeTorch at the front of
+sys.meta_path. The finder finds nothing; at the first lookup of torch it
+imports this module and calls load_before_torch() (Note [The .pth cannot
+break import torch]), which removes the finder and, unless
+AUTOGRAD_DEVICE_LOGGING has an off value (0, false, no, off) by then,
+imports autograd_device_logging: the library is loaded with RTLD_GLOBAL
+before torch's extension module binds Engine::compute_dependencies.
+Importing a module from the .pth itself would cost every Python process in
+the environment a site-packages lookup and an unmarshal at start-up, whether
+it imports torch or not. What the line costs is compiling it, and site
+compiles it twice in a venv (site.venv() and then site.main() each process
+the venv's site-packages), so it holds only what start-up needs: the switch
+is read at torch's
+lookup, not at start-up; the finder is a module object, cheaper to make than
+a class; and the second copy's finder is not prevented (a check costs more
+than the finder) but removed with the first at torch's lookup.
+docs/startup.md measures what it costs a process that never imports torch.
+python -S does not run site, so nothing is installed. Nothing here raises
+into `import torch`: a failure is one warning.
 
 Note [The .pth cannot break import torch]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -45,6 +50,8 @@ _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
 #: Whether the finder has met torch in this process (and stepped aside).
 fired = False
+#: Whether the switch was off when it did, so that it left the package alone.
+switched_off = False
 
 
 def _warn(message):
@@ -65,14 +72,17 @@ def _finders():
 
 
 def installed():
-    """Whether the .pth installed its finder in this process (it may have
-    stepped aside since, at the first import of torch)."""
-    return fired or bool(_finders())
+    """Whether the .pth installed its finder in this process and the switch
+    lets it load the package (the finder may have stepped aside since, at the
+    first import of torch). The .pth leaves the switch to the finder."""
+    if fired:
+        return not switched_off
+    return bool(_finders()) and os.environ.get(ENV, "").lower() not in _OFF
 
 
 def load_before_torch():
     """The .pth's finder calls this at the first lookup of torch."""
-    global fired
+    global fired, switched_off
     fired = True
     for finder in _finders():
         sys.meta_path.remove(finder)
@@ -81,6 +91,7 @@ def load_before_torch():
         if value.lower() in _OFF:
             # The program turned the switch off itself, after start-up and
             # before importing torch: that is an off value, not a bad one.
+            switched_off = True
             return None
         if value and value.lower() not in _ON:
             _warn(

@@ -184,6 +184,27 @@ class TestImportHook(TestCase):
         self.assertIn("activated:        by the launcher", proc.stdout)
         self.assertIn("import hook:      installed", proc.stdout)
 
+    def test_check_says_off_where_the_switch_is_off_at_start_up(self):
+        # The .pth installs its finder whatever the switch says (Note [The
+        # import hook costs a process without torch one line]); the finder
+        # reads the switch at torch's lookup, and --check reports it off.
+        for value in ("0", "Off"):
+            proc = self.run_python(
+                ["-m", "autograd_device_logging", "--check"],
+                env_extra={"AUTOGRAD_DEVICE_LOGGING": value},
+            )
+            self.assertIn(
+                f"import hook:      off here: AUTOGRAD_DEVICE_LOGGING={value}", proc.stdout, value
+            )
+        # Before torch's lookup, too: the finder is there, the switch is off.
+        script = (
+            "import sys, _autograd_device_logging_hook as hook\n"
+            "print('FINDER', len(hook._finders()) > 0, 'INSTALLED', hook.installed())\n"
+        )
+        for value, installed in (("0", False), ("1", True)):
+            proc = self.run_python(["-c", script], env_extra={"AUTOGRAD_DEVICE_LOGGING": value})
+            self.assertIn(f"FINDER True INSTALLED {installed}", proc.stdout, proc.stderr)
+
     def test_a_process_without_torch_never_maps_libtorch(self):
         # A meaningful check: the hook is in place, and has loaded nothing.
         proc = self.run_python(
