@@ -16,10 +16,10 @@ the environment a site-packages lookup and an unmarshal at start-up, whether
 it imports torch or not. What the line costs is compiling it, and site
 compiles it twice in a venv (site.venv() and then site.main() each process
 the venv's site-packages), so it holds only what start-up needs: the switch
-is read at torch's
-lookup, not at start-up; the finder is a module object, cheaper to make than
-a class; and the second copy's finder is not prevented (a check costs more
-than the finder) but removed with the first at torch's lookup.
+is read at torch's lookup, not at start-up; the finder is a module object,
+cheaper to make than a class; and the second copy's finder is not prevented
+(a check costs more than the finder) but removed with the first at torch's
+lookup.
 docs/startup.md measures what it costs a process that never imports torch.
 python -S does not run site, so nothing is installed. Nothing here raises
 into `import torch`: a failure is one warning.
@@ -50,8 +50,6 @@ _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
 #: Whether the finder has met torch in this process (and stepped aside).
 fired = False
-#: Whether the switch was off when it did, so that it left the package alone.
-switched_off = False
 
 
 def _warn(message):
@@ -75,14 +73,12 @@ def installed():
     """Whether the .pth installed its finder in this process and the switch
     lets it load the package (the finder may have stepped aside since, at the
     first import of torch). The .pth leaves the switch to the finder."""
-    if fired:
-        return not switched_off
-    return bool(_finders()) and os.environ.get(ENV, "").lower() not in _OFF
+    return (fired or bool(_finders())) and os.environ.get(ENV, "").lower() not in _OFF
 
 
 def load_before_torch():
     """The .pth's finder calls this at the first lookup of torch."""
-    global fired, switched_off
+    global fired
     fired = True
     for finder in _finders():
         sys.meta_path.remove(finder)
@@ -91,7 +87,6 @@ def load_before_torch():
         if value.lower() in _OFF:
             # The program turned the switch off itself, after start-up and
             # before importing torch: that is an off value, not a bad one.
-            switched_off = True
             return None
         if value and value.lower() not in _ON:
             _warn(
