@@ -54,7 +54,8 @@ class BuildWithCMake(build_py):
     def run(self):
         super().run()
         # Zero-config activation: site runs this .pth at every interpreter
-        # start-up in the environment (python/_autograd_device_logging_hook.py).
+        # start-up in the environment (Note [The import hook costs a process
+        # without torch one line], python/autograd_device_logging/_activation.py).
         shutil.copy2(os.path.join(ROOT, "python", "autograd_device_logging.pth"), self.build_lib)
         # $AUTOGRAD_DEVICE_LOGGING_WHEEL_BUILD_DIR keeps the CMake build
         # between builds of the same source folder (the tests' pip builds share

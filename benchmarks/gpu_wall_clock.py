@@ -52,7 +52,7 @@ def main():
 
     import torch
 
-    lib = adl._lib
+    lib = adl._activation.library()
     set_classifying = lib.autograd_device_logging_set_classifying_for_benchmark
     nodes_inspected = lib.autograd_device_logging_nodes_inspected
     nodes_inspected.restype = ctypes.c_uint64

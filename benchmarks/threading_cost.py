@@ -135,7 +135,7 @@ def child_in_job(name, steps, washout):
     synchronize(devices)
     status = adl.status()
     assert status.active and not status.disabled_reason, status
-    record = adl._sampler.record_fields()
+    record = adl.threading_measurement.sampler().record_fields()
     print(json.dumps({"pairs": record["pairs"], "discarded": record["discarded"]}))
 
 

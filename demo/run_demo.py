@@ -61,7 +61,7 @@ def main():
         )
 
     print(f"torch {torch.__version__}, CUDA devices: {gpus}")
-    print(f"{'scenario':<26}{'backend':<11}{'events emitted':<62}result")
+    print(f"{'scenario':<26}{'backend':<11}{'events raised':<62}result")
     failures = 0
     for name, (_, expected) in SCENARIOS.items():
         if gpus >= max(NEEDS[name], 1):
@@ -75,7 +75,7 @@ def main():
             env.update(
                 AUTOGRAD_DEVICE_LOGGING_REPORT_DIR=os.path.abspath(args.report),
                 AUTOGRAD_DEVICE_LOGGING_JOB=name,
-                PYTORCH_AUTOGRAD_DEVICE_STATS="1",
+                AUTOGRAD_DEVICE_LOGGING_STATS="1",
             )
         proc = subprocess.run(
             [

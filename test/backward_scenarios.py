@@ -341,7 +341,7 @@ def run_scenarios(torch, namespace, scenarios, jobs, executed=False, library=Non
 # most of an hour. On CUDA, the corpus therefore runs in a few worker
 # processes (forked before CUDA is initialized), each of which runs many
 # scenarios and puts the library's once-per-process state back to "nothing
-# emitted" before each one (the reset_emitted_events_for_testing seam). The
+# emitted" before each one (the reset_raised_events_for_testing seam). The
 # answer is then the library's own record of the events it emitted:
 # C10_LOG_API_USAGE_ONCE prints each event once per process, so stderr no
 # longer shows them all. That the printed events follow the library's record
@@ -350,7 +350,7 @@ def run_scenarios_in_workers(torch, namespace, scenarios, jobs, library):
     """Like run_scenarios, with the library's record instead of stderr."""
     import ctypes
 
-    reset = library._lib.autograd_device_logging_reset_emitted_events_for_testing
+    reset = library._activation.library().autograd_device_logging_reset_raised_events_for_testing
     reset.argtypes = [ctypes.c_uint]
     scenarios = list(scenarios)
     with tempfile.TemporaryDirectory() as tmp:
@@ -369,7 +369,7 @@ def run_scenarios_in_workers(torch, namespace, scenarios, jobs, library):
                             except Exception as e:
                                 answer["error"] = type(e).__name__
                             status = library.status()
-                            answer["events"] = sorted(status.events_emitted)
+                            answer["events"] = sorted(status.events_raised)
                             answer["library_active"] = status.active
                             out.write(json.dumps(answer) + "\n")
                 finally:

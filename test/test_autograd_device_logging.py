@@ -83,7 +83,7 @@ grads = [p.grad for p in (*lin1.parameters(), *lin2.parameters())]
 STATUS_JSON = """
 import json, dataclasses, autograd_device_logging as adl
 s = dataclasses.asdict(adl.status())
-s["events_emitted"] = sorted(s["events_emitted"])
+s["events_raised"] = sorted(s["events_raised"])
 print("STATUS " + json.dumps(s))
 """
 
@@ -202,7 +202,7 @@ class TestAutogradDeviceLogging(TestCase):
         self.assert_same_grads(stock, patched)
         self.assertTrue(result.status["active"])
         self.assertIsNone(result.status["disabled_reason"])
-        self.assertEqual(result.status["events_emitted"], [])
+        self.assertEqual(result.status["events_raised"], [])
         self.assertEqual(result.events, [])
         self.assertEqual(result.status["built_for_torch"], torch.__version__.split("+")[0])
         # No accelerator in a CPU-only process: nothing was read.
@@ -518,7 +518,7 @@ class TestWithTestAccelerator(TestCase):
             """
             a = torch.ones(4, requires_grad=True)
             ((a.to(d0) * 2).sum() + (a.to(d1) * 3).sum().to(d0)).backward()
-            print("BOTH_AFTER_ONE_PASS", len(autograd_device_logging.status().events_emitted))
+            print("BOTH_AFTER_ONE_PASS", len(autograd_device_logging.status().events_raised))
             """
         )
         self.assertIn("BOTH_AFTER_ONE_PASS 2", result.stdout)
@@ -565,7 +565,7 @@ class TestWithTestAccelerator(TestCase):
             (gz,) = torch.autograd.grad(loss, z, retain_graph=True)
             assert torch.equal(gz.cpu(), torch.full((4,), 4.0))
             s = autograd_device_logging.status()
-            print("AFTER_PARTIAL", sorted(s.events_emitted), s.nodes_inspected > 0)
+            print("AFTER_PARTIAL", sorted(s.events_raised), s.nodes_inspected > 0)
             loss.backward()
             """
         )
@@ -586,7 +586,7 @@ class TestWithTestAccelerator(TestCase):
             out = (h.to(d0) * 2).sum()
             (gh,) = torch.autograd.grad(out, [h])
             assert torch.equal(gh, torch.full((3,), 2.0))
-            print("AFTER_GRAD", sorted(autograd_device_logging.status().events_emitted))
+            print("AFTER_GRAD", sorted(autograd_device_logging.status().events_raised))
             a = torch.ones(3, device=d0, requires_grad=True)
             b = torch.ones(3, device=d1, requires_grad=True)
             bh = b * 3
@@ -617,7 +617,7 @@ class TestWithTestAccelerator(TestCase):
             (gw,) = torch.autograd.grad(out, [w1])
             assert torch.equal(gw.cpu(), c.detach().cpu())
             s = autograd_device_logging.status()
-            print("PARTIAL", sorted(s.events_emitted), s.nodes_inspected > 0)
+            print("PARTIAL", sorted(s.events_raised), s.nodes_inspected > 0)
             """
         )
         self.assertIn("PARTIAL [] True", result.stdout)
@@ -708,7 +708,7 @@ class TestWithTestAccelerator(TestCase):
             import os, signal
             a = torch.ones(4, requires_grad=True)
             ((a.to(d0) * 2).sum() + (a.to(d1) * 3).sum().to(d0)).backward()
-            assert len(autograd_device_logging.status().events_emitted) == 2
+            assert len(autograd_device_logging.status().events_raised) == 2
             pid = os.fork()
             if pid == 0:
                 signal.alarm(60)
@@ -723,7 +723,7 @@ class TestWithTestAccelerator(TestCase):
                     except RuntimeError as e:
                         outcomes.append("refused-by-torch" if "fork" in str(e) else repr(e))
                 after = autograd_device_logging.status()
-                print("CHILD_EVENTS", len(after.events_emitted), flush=True)
+                print("CHILD_EVENTS", len(after.events_raised), flush=True)
                 print("CHILD_INSPECTED", after.nodes_inspected - before.nodes_inspected, flush=True)
                 print("CHILD_OUTCOMES", ",".join(outcomes), flush=True)
                 os._exit(0)
@@ -764,7 +764,7 @@ class TestWithTestAccelerator(TestCase):
                         a = torch.ones(4, requires_grad=True)
                         ((a.to(d0) * 2).sum() + (a.to(d1) * 3).sum().to(d0)).backward()
                         assert torch.equal(a.grad, torch.full((4,), 5.0))
-                    return len(autograd_device_logging.status().events_emitted)
+                    return len(autograd_device_logging.status().events_raised)
 
                 pid = os.fork()
                 if pid == 0:
@@ -837,12 +837,12 @@ class TestDeviceStats(TestCase):
         self.assertEqual(stats["cpu_only"] + stats["multi_accelerator"], 0)
         # The passes were classified; they were only not counted.
         self.assertGreater(result.status["nodes_inspected"], 0)
-        self.assertEqual(len(result.status["events_emitted"]), 2)
+        self.assertEqual(len(result.status["events_raised"]), 2)
 
     def test_environment_variable_enables_and_every_class_is_counted(self):
         result = run_code(
             WITH_TEST_ACCELERATOR + ONE_PASS_OF_EACH_CLASS + STATS_JSON,
-            env_extra={"PYTORCH_AUTOGRAD_DEVICE_STATS": "1"},
+            env_extra={"AUTOGRAD_DEVICE_LOGGING_STATS": "1"},
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(
@@ -882,7 +882,7 @@ class TestDeviceStats(TestCase):
             env=dict(
                 os.environ,
                 PYTHONPATH=PACKAGE_ROOT,
-                PYTORCH_AUTOGRAD_DEVICE_STATS="1",
+                AUTOGRAD_DEVICE_LOGGING_STATS="1",
                 CUDA_VISIBLE_DEVICES="",
                 **({"LD_PRELOAD": SANITIZER_PRELOAD} if SANITIZER_PRELOAD else {}),
             ),
@@ -1033,14 +1033,14 @@ class TestEitherSideOfTorch214(TestCase):
         for stats in ("0", "1"):
             result = run_code(
                 WITH_TEST_ACCELERATOR + ONE_PASS_OF_EACH_CLASS + STATS_JSON + STATUS_JSON,
-                env_extra={"PYTORCH_AUTOGRAD_DEVICE_STATS": stats},
+                env_extra={"AUTOGRAD_DEVICE_LOGGING_STATS": stats},
             )
             self.assertEqual(result.returncode, 0, result.stderr)
             # Once each: torch's; the library logs none of its own.
             self.assertEqual(sorted(result.events), sorted(EVENTS), stats)
             self.assertTrue(result.status["torch_logs_events"])
             self.assertTrue(result.status["active"])
-            self.assertEqual(result.status["events_emitted"], sorted(EVENTS), stats)
+            self.assertEqual(result.status["events_raised"], sorted(EVENTS), stats)
             if stats == "1":
                 self.assertEqual(stats_of(result), STATS_OF_ONE_PASS_OF_EACH_CLASS)
         check = run_child(
@@ -1060,7 +1060,7 @@ class TestEitherSideOfTorch214(TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(sorted(result.events), sorted(EVENTS))
         self.assertFalse(result.status["torch_logs_events"])
-        self.assertEqual(result.status["events_emitted"], sorted(EVENTS))
+        self.assertEqual(result.status["events_raised"], sorted(EVENTS))
 
 
 class TestOnCuda(TestCase):
@@ -1131,7 +1131,7 @@ class TestOnCuda(TestCase):
             a = torch.ones(4, requires_grad=True)
             ((a.to("cuda:0") * 2).sum() + (a.to("cuda:1") * 3).sum().to("cuda:0")).backward()
             assert torch.equal(a.grad, torch.full((4,), 5.0))
-            print("BOTH_AFTER_ONE_PASS", len(autograd_device_logging.status().events_emitted))
+            print("BOTH_AFTER_ONE_PASS", len(autograd_device_logging.status().events_raised))
             """
         )
         self.assertIn("BOTH_AFTER_ONE_PASS 2", result.stdout)

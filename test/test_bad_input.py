@@ -227,8 +227,9 @@ class TestLibraryThatCannotLoad(TestCase):
             self.check_not_fatal(f.name, "wrong ELF class: ELFCLASS32")
 
     def test_imported_from_a_script_is_still_one_line(self):
+        # The library loads at torch's import (Note [Activation]).
         with tempfile.NamedTemporaryFile("w", suffix=".py") as script:
-            script.write("import autograd_device_logging\n")
+            script.write("import autograd_device_logging\nimport torch\n")
             script.flush()
             result = run_child(
                 [script.name],
@@ -250,7 +251,7 @@ class TestLibraryThatCannotLoad(TestCase):
 
 
 class TestEnvironmentSwitches(TestCase):
-    """PYTORCH_AUTOGRAD_DEVICE_STATS, read by the library at load
+    """AUTOGRAD_DEVICE_LOGGING_STATS, read by the library at load
     (Note [Boolean environment variables])."""
 
     def setUp(self):
@@ -260,7 +261,7 @@ class TestEnvironmentSwitches(TestCase):
     def stats_with(self, value):
         result = run_child(
             ["-c", BACKWARD_AND_STATUS],
-            env_extra={**QUIET, "PYTORCH_AUTOGRAD_DEVICE_STATS": value},
+            env_extra={**QUIET, "AUTOGRAD_DEVICE_LOGGING_STATS": value},
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         return result
@@ -292,9 +293,35 @@ class TestEnvironmentSwitches(TestCase):
             self.assertNotIn("Traceback", result.stderr)
             lines = stderr_lines(result)
             self.assertEqual(len(lines), 1, result.stderr)
-            self.assertIn(f"ignoring PYTORCH_AUTOGRAD_DEVICE_STATS={value}:", lines[0])
+            self.assertIn(f"ignoring AUTOGRAD_DEVICE_LOGGING_STATS={value}:", lines[0])
             self.assertIn("use 1, true, yes or on, or 0, false, no or off", lines[0])
             self.assertIn("using the default, off.", lines[0])
+
+    def test_the_old_name_works_with_one_deprecation_warning(self):
+        # Note [Renamed environment variables].
+        for env, enabled, tail in (
+            ({"PYTORCH_AUTOGRAD_DEVICE_STATS": "1"}, True, "(the same values)."),
+            (
+                {"PYTORCH_AUTOGRAD_DEVICE_STATS": "1", "AUTOGRAD_DEVICE_LOGGING_STATS": "0"},
+                False,
+                "which is set too and wins.",
+            ),
+            (
+                {"PYTORCH_AUTOGRAD_DEVICE_STATS": "0", "AUTOGRAD_DEVICE_LOGGING_STATS": "yes"},
+                True,
+                "which is set too and wins.",
+            ),
+        ):
+            result = run_child(["-c", BACKWARD_AND_STATUS], env_extra={**QUIET, **env})
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertIn(f"STATS {enabled}", result.stdout, env)
+            lines = [line for line in stderr_lines(result) if "backward passes" not in line]
+            self.assertEqual(len(lines), 1, result.stderr)
+            self.assertIn(
+                "PYTORCH_AUTOGRAD_DEVICE_STATS is deprecated: use AUTOGRAD_DEVICE_LOGGING_STATS",
+                lines[0],
+            )
+            self.assertIn(tail, lines[0])
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ exactly its API (Note [The library exports its API and nothing else]), and it
 needs the shared C++ runtime that libtorch needs (Note [One C++ runtime per
 process]), also when built as a toolchain that links libstdc++ statically.
 
-The API is read from the public headers: every declaration they mark
+The API is read from the headers that declare it: every declaration that the
+public C++ headers and the private C ABI header mark
 AUTOGRAD_DEVICE_LOGGING_API, and Engine::compute_dependencies. The symbol
 tables are read with binutils' nm and objdump.
 """
@@ -31,10 +32,13 @@ STATIC_RUNTIME_LIBRARY = os.path.join(
 )
 # Another C++ runtime: libstdc++ linked in statically and exported.
 OTHER_RUNTIME_LIBRARY = os.path.join(BUILD_DIR, "test", "libadl_test_other_cxx_runtime.so")
+# Installed with the library (CMakeLists.txt): the C++ API.
 PUBLIC_HEADERS = [
     os.path.join(REPO, "torch", "csrc", "autograd", name)
     for name in ("device_logging.h", "device_stats.h")
 ]
+# The C ABI, private to the library and its Python package.
+C_API_HEADER = os.path.join(REPO, "torch", "csrc", "autograd", "device_logging_c_api.h")
 CXX_NAMESPACE = "torch::autograd::device_logging::"
 INTERPOSED = "torch::autograd::Engine::compute_dependencies"
 C_PREFIX = "autograd_device_logging_"
@@ -45,17 +49,23 @@ needs_binutils = unittest.skipIf(
 )
 
 
-def documented_api():
-    """Every function the public headers export: C functions by name, C++
-    functions qualified with their namespace, and the interposed definition."""
-    names = {INTERPOSED}
-    for header in PUBLIC_HEADERS:
+def declared_api(headers):
+    """Every function `headers` export: C functions by name, C++ functions
+    qualified with their namespace."""
+    names = set()
+    for header in headers:
         with open(header) as f:
             # Declarations only: the macro's own #define is not one.
             text = "".join(line for line in f if not line.lstrip().startswith("#"))
         for name in re.findall(r"\bAUTOGRAD_DEVICE_LOGGING_API\s+[^;(]*?(\w+)\s*\(", text):
             names.add(name if name.startswith(C_PREFIX) else CXX_NAMESPACE + name)
     return names
+
+
+def documented_api():
+    """Every function the library exports by its headers, and the interposed
+    definition."""
+    return {INTERPOSED} | declared_api(PUBLIC_HEADERS + [C_API_HEADER])
 
 
 def exported_functions(library):
@@ -94,6 +104,13 @@ class TestExportedSymbols(TestCase):
         self.assertIn(C_PREFIX + "disabled_reason", api)
         self.assertIn(C_PREFIX + "stats", api)
         self.assertGreater(len(api), 20)
+
+    def test_the_public_headers_hold_the_cxx_api_alone(self):
+        # The C ABI is declared once, in its private header; the installed
+        # headers carry no C function.
+        public, c_api = declared_api(PUBLIC_HEADERS), declared_api([C_API_HEADER])
+        self.assertEqual([n for n in public if n.startswith(C_PREFIX)], [])
+        self.assertTrue(c_api and all(n.startswith(C_PREFIX) for n in c_api), c_api)
 
     def assert_exports_exactly_the_api(self, library):
         require_built(self, library)

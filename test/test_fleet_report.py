@@ -120,7 +120,12 @@ def fleet_report_module():
 
 def child_env(report_dir, **extra):
     env = dict(os.environ)
-    for name in ("LD_PRELOAD", "AUTOGRAD_DEVICE_LOGGING_LIBRARY", "PYTORCH_AUTOGRAD_DEVICE_STATS"):
+    for name in (
+        "LD_PRELOAD",
+        "AUTOGRAD_DEVICE_LOGGING_LIBRARY",
+        "AUTOGRAD_DEVICE_LOGGING_STATS",
+        "PYTORCH_AUTOGRAD_DEVICE_STATS",
+    ):
         env.pop(name, None)
     env.update(
         PYTHONPATH=PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", ""),
@@ -185,7 +190,7 @@ class TestFleetReport(TestCase):
             subprocess.Popen(
                 [sys.executable, "-c", WITH_TEST_ACCELERATOR + code + WRITE_AND_EXIT],
                 env=child_env(
-                    self.dir, AUTOGRAD_DEVICE_LOGGING_JOB=job, PYTORCH_AUTOGRAD_DEVICE_STATS=stats
+                    self.dir, AUTOGRAD_DEVICE_LOGGING_JOB=job, AUTOGRAD_DEVICE_LOGGING_STATS=stats
                 ),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -229,7 +234,7 @@ class TestFleetReport(TestCase):
         script = os.path.join(self.tmp.name, "train.py")
         with open(script, "w") as f:
             f.write(CPU_ONLY_PROGRAM)
-        env = child_env(self.dir, PYTORCH_AUTOGRAD_DEVICE_STATS="1")
+        env = child_env(self.dir, AUTOGRAD_DEVICE_LOGGING_STATS="1")
         del env["AUTOGRAD_DEVICE_LOGGING_REPORT_DIR"]  # the launcher's --report instead
         proc = subprocess.run(
             [sys.executable, "-m", "autograd_device_logging", "--report", self.dir, script, "x"],
@@ -526,7 +531,7 @@ class TestFleetReport(TestCase):
     def test_plot_writes_a_png(self):
         subprocess.run(
             [sys.executable, "-c", CPU_ONLY_PROGRAM],
-            env=child_env(self.dir, PYTORCH_AUTOGRAD_DEVICE_STATS="1"),
+            env=child_env(self.dir, AUTOGRAD_DEVICE_LOGGING_STATS="1"),
             check=True,
             capture_output=True,
         )

@@ -172,7 +172,7 @@ class TestFleetReportReader(TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         before = sorted(os.listdir(self.dir))
         env = dict(
-            child_env(self.dir, PYTORCH_AUTOGRAD_DEVICE_STATS="1", LD_DEBUG="files"),
+            child_env(self.dir, AUTOGRAD_DEVICE_LOGGING_STATS="1", LD_DEBUG="files"),
             PYTHONPATH=PACKAGE_ROOT,
         )
         proc = self.report(self.dir, python_args=["-S"], env=env)
@@ -191,7 +191,7 @@ class TestFleetReportReader(TestCase):
             f.write(
                 "import sys\n"
                 "from autograd_device_logging.fleet_report import main\n"
-                "print('LOADED' if sys.modules['autograd_device_logging']._lib else 'OFFLINE')\n"
+                "print('LOADED' if sys.modules['autograd_device_logging']._activation.library() else 'OFFLINE')\n"
                 "sys.exit(main())\n"
             )
         self.write(synthetic_record())

@@ -128,9 +128,10 @@ class TestImportHook(TestCase):
         self.assertEqual(self.warnings_in(proc), [])
 
     def test_measurement_asked_for_in_the_environment_wraps_torch(self):
-        # Note [Measuring from before torch is imported]: the hook imports
-        # the package from inside its own finder, and hands torch's lookup
-        # on to the finder that installs the sampler once torch's module ran.
+        # Note [Measuring from before torch is imported]: the .pth's finder
+        # activates the package from inside torch's lookup, and hands the
+        # import system torch's spec with a loader that starts the sampler
+        # once torch's module ran.
         proc = self.run_python(
             [
                 "-c",
@@ -186,8 +187,9 @@ class TestImportHook(TestCase):
 
     def test_check_says_off_where_the_switch_is_off_at_start_up(self):
         # The .pth installs its finder whatever the switch says (Note [The
-        # import hook costs a process without torch one line]); the finder
-        # reads the switch at torch's lookup, and --check reports it off.
+        # import hook costs a process without torch one line],
+        # _activation.py); the finder reads the switch at torch's lookup, and
+        # --check reports it off.
         for value in ("0", "Off"):
             proc = self.run_python(
                 ["-m", "autograd_device_logging", "--check"],
@@ -198,8 +200,10 @@ class TestImportHook(TestCase):
             )
         # Before torch's lookup, too: the finder is there, the switch is off.
         script = (
-            "import sys, _autograd_device_logging_hook as hook\n"
-            "print('FINDER', len(hook._finders()) > 0, 'INSTALLED', hook.installed())\n"
+            "import sys\n"
+            "finder = any(getattr(f, '__name__', '') == 'LoadBeforeTorch' for f in sys.meta_path)\n"
+            "from autograd_device_logging import _activation\n"
+            "print('FINDER', finder, 'INSTALLED', _activation.pth_installed())\n"
         )
         for value, installed in (("0", False), ("1", True)):
             proc = self.run_python(["-c", script], env_extra={"AUTOGRAD_DEVICE_LOGGING": value})
@@ -397,7 +401,7 @@ class TestImportHook(TestCase):
         )
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertFalse(os.path.exists(pth))
-        self.assertEqual(glob.glob(os.path.join(site, "_autograd_device_logging_hook*")), [])
+        self.assertEqual(glob.glob(os.path.join(site, "autograd_device_logging*")), [])
         proc = self.run_python(["-c", TORCH_FIRST_SCRIPT + REPORT], python=python)
         report = self.report_of(proc)
         self.assertEqual(report["COPIES"], "0")

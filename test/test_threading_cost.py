@@ -259,7 +259,7 @@ class Boom(torch.autograd.Function):
     def backward(ctx, g):
         where.append(threading.get_ident() == caller)
         raise ValueError("boom in backward")
-lib = autograd_device_logging._lib
+lib = autograd_device_logging._activation.library()
 where = []
 for i in range(8):
     try:
@@ -282,7 +282,7 @@ print("OFF_PASSES", sum(where))
         proc = self.run_child(
             ON_ONE_DEVICE
             + """
-lib = autograd_device_logging._lib
+lib = autograd_device_logging._activation.library()
 with torch.autograd.set_multithreading_enabled(False):
     for i in range(4):
         one_pass()
@@ -467,7 +467,7 @@ class TestDistributed(ThreadingCostTestCase):
                     torch.manual_seed(0)
                     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 4))
                     torch.manual_seed(1 + dist.get_rank())
-                    lib = autograd_device_logging._lib
+                    lib = autograd_device_logging._activation.library()
                     modes = []
                     for step in range(24):
                         out = model(torch.randn(16, 8))

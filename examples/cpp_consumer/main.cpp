@@ -21,13 +21,12 @@ int main() {
   const dl::DeviceLoggingStatus status = dl::device_logging_status();
   const dl::BackwardDeviceStats stats = dl::backward_device_stats();
   std::cout << "autograd_device_logging active: "
-            << (status.hook_has_run && status.disabled_reason.empty() ? "yes"
-                                                                      : "no")
+            << (status.active && status.disabled_reason.empty() ? "yes" : "no")
             << "\nbuilt for torch " << status.built_for_torch
             << ", running torch " << status.running_torch
             << "\nbackward passes counted: " << stats.passes() << " (cpu_only "
             << stats.cpu_only << ")"
             << "\nweight grad norm: "
             << layer->weight.grad().norm().item<double>() << std::endl;
-  return status.hook_has_run ? 0 : 1;
+  return status.active ? 0 : 1;
 }

@@ -658,7 +658,7 @@ def format_table(report: dict) -> str:
     lines.append(
         "processes: those that ran a backward pass (a restarted rank once); multidevice / "
         "gpu_cpu: those whose passes raised the event; passes per class: summed over "
-        "processes that ran with PYTORCH_AUTOGRAD_DEVICE_STATS=1 ('-': none did)"
+        "processes that ran with AUTOGRAD_DEVICE_LOGGING_STATS=1 ('-': none did)"
     )
     reasons = Counter()
     for s in summary.values() if ALL_JOBS not in summary else [summary[ALL_JOBS]]:
@@ -783,7 +783,7 @@ def plot(report: dict, path: str, top: int = 30) -> None:
         passes.legend(title="pass class", loc="upper left", bbox_to_anchor=(1.01, 1.0))
         passes.set_title(f"Backward passes per class, the {min(len(jobs), top)} jobs with most")
     else:
-        passes.text(0.5, 0.5, "no job ran with PYTORCH_AUTOGRAD_DEVICE_STATS=1", ha="center")
+        passes.text(0.5, 0.5, "no job ran with AUTOGRAD_DEVICE_LOGGING_STATS=1", ha="center")
         passes.set_axis_off()
     passes.set_ylabel("backward passes (log)")
     fig.tight_layout()

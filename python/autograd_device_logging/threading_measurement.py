@@ -14,7 +14,7 @@ when the pass starts and the GraphTask keeps for the whole pass. Each timed
 pass runs from the call to the end of its device work: the devices of its
 roots and of earlier sampled passes are synchronized before it, the devices
 it spanned after it, on sampled passes only. The library takes the pass's
-census (Note [A census on request], sampled_pass.h), so each pass is
+census (Note [A census on request], pass_census.h), so each pass is
 attributed to its own device class, decided as the events are. A pair counts
 only if both passes have the same class and the same number of nodes (the
 same graph, as in consecutive training steps).
@@ -221,6 +221,9 @@ class Sampler:
         for name, original in self._originals.items():
             setattr(self._torch.autograd, name, original)
         self._originals.clear()
+
+    def installed(self) -> bool:
+        return bool(self._originals)
 
     def _wrap(self, original):
         @functools.wraps(original)
@@ -452,22 +455,88 @@ class Sampler:
         )
 
 
-def declare(lib) -> None:
-    """The ctypes signatures the sampler calls."""
-    lib.autograd_device_logging_multithreading_enabled.restype = ctypes.c_int
-    lib.autograd_device_logging_set_multithreading_enabled.restype = ctypes.c_int
-    lib.autograd_device_logging_set_multithreading_enabled.argtypes = [ctypes.c_int]
-    lib.autograd_device_logging_request_pass_census.restype = ctypes.c_int
-    lib.autograd_device_logging_take_pass_census.restype = ctypes.c_int
-    lib.autograd_device_logging_take_pass_census.argtypes = [
-        ctypes.c_char_p,
-        ctypes.c_size_t,
-        ctypes.POINTER(ctypes.c_uint64),
-    ]
-    lib.autograd_device_logging_job_wide_name.restype = ctypes.c_int
-    lib.autograd_device_logging_job_wide_name.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    lib.autograd_device_logging_set_record_threading_cost.restype = ctypes.c_int
-    lib.autograd_device_logging_set_record_threading_cost.argtypes = [ctypes.c_char_p]
+# Note [Measuring from before torch is imported]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The sampler wraps torch.autograd's functions, which exist only once torch's
+# module ran. Asked for before that (by the environment, or by
+# measure_threading() before `import torch`), it is installed by the finder
+# that loads the library at torch's lookup (Note [Activation],
+# _activation.py): the finder finds torch's spec as the finders behind it
+# would, and hands the import system that spec with its loader wrapped, so
+# that the sampler is installed right after torch's module ran. The wrapper
+# delegates everything else to torch's own loader, and puts that loader back
+# into the module's __loader__ and __spec__ once the module ran, so nothing of
+# it outlives the import; torch's loader itself is never changed.
+class _StartAfterExec:
+    """torch's loader, with the sampler started after exec_module."""
+
+    def __init__(self, loader, lib, settings):
+        self._loader = loader
+        self._lib = lib
+        self._settings = settings
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        try:
+            self._loader.exec_module(module)
+        finally:
+            module.__loader__ = self._loader
+            if getattr(module, "__spec__", None) is not None:
+                module.__spec__.loader = self._loader
+        start(self._lib, self._settings, module)
+
+
+def torch_spec_measured_after_exec(lib, settings: Settings):
+    """torch's spec as the finders behind the caller's find it, with its
+    loader wrapped so that the sampler starts once torch's module ran; the
+    spec unchanged where its loader cannot be wrapped."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    loader = getattr(spec, "loader", None)
+    if loader is None or not hasattr(loader, "exec_module"):
+        return spec
+    spec.loader = _StartAfterExec(loader, lib, settings)
+    return spec
+
+
+#: The sampler of this process, while one was started.
+_sampler: Optional[Sampler] = None
+
+
+def start(lib, settings: Settings, torch_module) -> None:
+    """Starts measuring, replacing a sampler started before."""
+    global _sampler
+    stop()
+    _sampler = Sampler(lib, settings, torch_module)
+    _sampler.install()
+
+
+def stop() -> None:
+    """Stops measuring; what was measured is kept."""
+    if _sampler is not None:
+        _sampler.uninstall()
+
+
+def sampler() -> Optional[Sampler]:
+    return _sampler
+
+
+def result() -> Optional[ThreadingCost]:
+    """What the measurement found so far; None when it never ran."""
+    if _sampler is None:
+        return None
+    return _sampler.result(enabled=_sampler.installed())
+
+
+def write_record() -> None:
+    if _sampler is not None:
+        _sampler.write_record()
 
 
 def settings_from_environment(warn) -> Optional[Settings]:

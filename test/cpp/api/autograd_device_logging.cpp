@@ -302,7 +302,7 @@ TEST(PatchedComputeDependencies, KeepsLibtorchsDependencyWalk) {
   EXPECT_EQ(task->dependencies_.at(c.get()), 1);
   EXPECT_EQ(task->dependencies_.at(d.get()), 2);
   EXPECT_EQ(task->nodes_in_graph_.count(d.get()), 1u);
-  EXPECT_TRUE(device_logging_status().hook_has_run);
+  EXPECT_TRUE(device_logging_status().active);
 }
 
 TEST(PatchedComputeDependencies, CpuOnlyPassEmitsNothing) {
@@ -310,7 +310,7 @@ TEST(PatchedComputeDependencies, CpuOnlyPassEmitsNothing) {
   ApiUsageRecorder recorder;
   run_star_pass({cpu()}, {{cpu()}, {cpu(), cpu()}, {}});
   EXPECT_TRUE(recorder.events().empty());
-  EXPECT_EQ(device_logging_status().events_emitted, 0);
+  EXPECT_EQ(device_logging_status().events_raised, 0);
   EXPECT_EQ(device_logging_status().nodes_inspected, 4u);
 }
 
@@ -321,9 +321,9 @@ TEST(PatchedComputeDependencies, OneAcceleratorWithoutCpuEmitsNothing) {
   ApiUsageRecorder recorder;
   run_star_pass({cuda(0)}, {{cuda(0)}, {cuda(0), cpu()}});
   EXPECT_TRUE(recorder.events().empty());
-  EXPECT_TRUE(device_logging_status().hook_has_run);
+  EXPECT_TRUE(device_logging_status().active);
   EXPECT_EQ(device_logging_status().nodes_inspected, 3u);
-  EXPECT_EQ(device_logging_status().events_emitted, 0);
+  EXPECT_EQ(device_logging_status().events_raised, 0);
 }
 
 TEST(PatchedComputeDependencies, MetaPlusCpuEmitsNothing) {
@@ -331,9 +331,9 @@ TEST(PatchedComputeDependencies, MetaPlusCpuEmitsNothing) {
   ApiUsageRecorder recorder;
   run_star_pass({meta()}, {{cpu()}, {meta()}, {lazy()}});
   EXPECT_TRUE(recorder.events().empty());
-  EXPECT_TRUE(device_logging_status().hook_has_run);
+  EXPECT_TRUE(device_logging_status().active);
   EXPECT_EQ(device_logging_status().nodes_inspected, 4u);
-  EXPECT_EQ(device_logging_status().events_emitted, 0);
+  EXPECT_EQ(device_logging_status().events_raised, 0);
 }
 
 // What the library adds to C10_LOG_API_USAGE_ONCE (whose static alone already
@@ -344,7 +344,7 @@ TEST(PatchedComputeDependencies, OnceOnlyStateIsTheLibrarys) {
   register_two_test_devices();
   ApiUsageRecorder recorder;
   run_star_pass({cuda(0)}, {{cpu()}});
-  EXPECT_EQ(device_logging_status().events_emitted, kGpuCpuBackward);
+  EXPECT_EQ(device_logging_status().events_raised, kGpuCpuBackward);
   EXPECT_EQ(recorder.events(), std::vector<std::string>{kGpuCpu});
   // gpu_cpu is done: a pass that only repeats it is read for multidevice
   // alone, to its end, and logs nothing more.
@@ -353,7 +353,7 @@ TEST(PatchedComputeDependencies, OnceOnlyStateIsTheLibrarys) {
   EXPECT_EQ(device_logging_status().nodes_inspected - before, 11u);
   EXPECT_EQ(recorder.events().size(), 1u);
   run_star_pass({cuda(1)}, {{cuda(0)}});
-  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  EXPECT_EQ(device_logging_status().events_raised, kAllBackwardDeviceEvents);
   EXPECT_EQ(recorder.events(), (std::vector<std::string>{kGpuCpu, kMulti}));
   // Both done: the state word stops every later pass before any read.
   const uint64_t done = device_logging_status().nodes_inspected;
@@ -370,11 +370,11 @@ TEST(PatchedComputeDependencies, AcceleratorRegisteredAfterAPassIsSeen) {
   // (a Python import, a dlopen) must be seen by the next one.
   ApiUsageRecorder recorder;
   run_star_pass({cpu()}, {{cuda(0)}, {cuda(1)}});
-  ASSERT_TRUE(device_logging_status().hook_has_run);
+  ASSERT_TRUE(device_logging_status().active);
   EXPECT_EQ(device_logging_status().nodes_inspected, 0u);
   register_two_test_devices();
   run_star_pass({cpu()}, {{cuda(0)}, {cuda(1)}});
-  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  EXPECT_EQ(device_logging_status().events_raised, kAllBackwardDeviceEvents);
   EXPECT_EQ(recorder.count(kMulti), 1u);
 }
 
@@ -398,7 +398,7 @@ TEST(PatchedComputeDependencies, TwoAcceleratorsAndCpuEmitBothInOnePass) {
   run_star_pass({cpu()}, {{xpu(0)}, {cuda(1)}});
   EXPECT_EQ(recorder.count(kMulti), 1u);
   EXPECT_EQ(recorder.count(kGpuCpu), 1u);
-  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  EXPECT_EQ(device_logging_status().events_raised, kAllBackwardDeviceEvents);
 }
 
 TEST(PatchedComputeDependencies, RepeatedPassesEmitEachEventOnce) {
@@ -417,7 +417,7 @@ TEST(PatchedComputeDependencies, RepeatedPassesEmitEachEventOnce) {
 TEST(PatchedComputeDependencies, AfterBothFiredNoNodeIsInspected) {
   register_two_test_devices();
   run_star_pass({cpu()}, {{cuda(0)}, {cuda(1)}});
-  ASSERT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  ASSERT_EQ(device_logging_status().events_raised, kAllBackwardDeviceEvents);
   const uint64_t inspected = device_logging_status().nodes_inspected;
   for (int i = 0; i < 100; ++i) {
     run_star_pass({cpu()}, {{cuda(0)}, {cuda(1)}, {cpu()}, {xpu(0)}});
@@ -429,7 +429,7 @@ TEST(PatchedComputeDependencies, AfterOneFiredOnlyTheOtherIsPursued) {
   register_two_test_devices();
   // Fire gpu_cpu only.
   run_star_pass({cuda(0)}, {{cpu()}});
-  ASSERT_EQ(device_logging_status().events_emitted, kGpuCpuBackward);
+  ASSERT_EQ(device_logging_status().events_raised, kGpuCpuBackward);
   // Root on cuda:0 and 10 CPU nodes: gpu_cpu would be decided after two
   // nodes, but only multidevice is pending, so every node is read.
   const uint64_t before = device_logging_status().nodes_inspected;
@@ -437,20 +437,20 @@ TEST(PatchedComputeDependencies, AfterOneFiredOnlyTheOtherIsPursued) {
   EXPECT_EQ(device_logging_status().nodes_inspected - before, 11u);
   // A second accelerator decides it.
   run_star_pass({cuda(0)}, {{cuda(1)}});
-  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  EXPECT_EQ(device_logging_status().events_raised, kAllBackwardDeviceEvents);
 }
 
 TEST(PatchedComputeDependencies, InsideAPassReadingStopsWhenDecided) {
   register_two_test_devices();
   // Fire multidevice only.
   run_star_pass({cuda(0)}, {{cuda(1)}});
-  ASSERT_EQ(device_logging_status().events_emitted, kMultiDeviceBackward);
+  ASSERT_EQ(device_logging_status().events_raised, kMultiDeviceBackward);
   const uint64_t before = device_logging_status().nodes_inspected;
   // Root on cuda:0 with 10 CPU children: the root and whichever child comes
   // first decide gpu_cpu.
   run_star_pass_of_ten_cpu_children();
   EXPECT_EQ(device_logging_status().nodes_inspected - before, 2u);
-  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  EXPECT_EQ(device_logging_status().events_raised, kAllBackwardDeviceEvents);
 }
 
 TEST(PatchedComputeDependencies, MinTopoNrPruningIsRespected) {
@@ -513,9 +513,9 @@ TEST(PatchedComputeDependencies, NoAcceleratorInProcessMeansNoInspection) {
   if (!detail::kTorchLogsTheEvents) {
     EXPECT_TRUE(recorder.events().empty());
   }
-  EXPECT_EQ(device_logging_status().events_emitted, kNoBackwardDeviceEvent);
+  EXPECT_EQ(device_logging_status().events_raised, kNoBackwardDeviceEvent);
   EXPECT_EQ(device_logging_status().nodes_inspected, 0u);
-  EXPECT_TRUE(device_logging_status().hook_has_run);
+  EXPECT_TRUE(device_logging_status().active);
 }
 
 // --- Real backward passes through libtorch's Engine::execute ---------------
@@ -539,8 +539,8 @@ TEST(RealBackward, CpuGradientsAreExactAndNothingIsLogged) {
   EXPECT_TRUE(torch::equal(grads[1], w.grad()));
 
   const DeviceLoggingStatus status = device_logging_status();
-  EXPECT_TRUE(status.hook_has_run) << "libtorch did not call the patch";
-  EXPECT_EQ(status.events_emitted, 0);
+  EXPECT_TRUE(status.active) << "libtorch did not call the patch";
+  EXPECT_EQ(status.events_raised, 0);
   EXPECT_TRUE(recorder.events().empty());
 }
 
@@ -727,7 +727,7 @@ TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
     graphs_with_multi += multi;
     graphs_with_gpu_cpu += gpu_cpu;
     if (decided != expected || early != expected ||
-        device_logging_status().events_emitted != expected_emitted) {
+        device_logging_status().events_raised != expected_emitted) {
       ++mismatches;
     }
   }
@@ -745,7 +745,7 @@ TEST(Property, HundredThousandRandomDagsMatchTheReferenceModel) {
 
 // The hook itself, not only the pure functions, on every random graph: before
 // each pass the once-per-process logic is put back to "nothing fired" or to
-// "one event already fired" (reset_emitted_events_for_testing), so that every
+// "one event already fired" (reset_raised_events_for_testing), so that every
 // pass runs the full per-pass path with a random pending mask.
 TEST(Property, HookOnFreshOrPartlyFiredStateMatchesTheModel) {
   register_two_test_devices();
@@ -758,12 +758,12 @@ TEST(Property, HookOnFreshOrPartlyFiredStateMatchesTheModel) {
   for (int graph = 0; graph < 30000; ++graph) {
     RandomPass pass = generator.next();
     const uint8_t already = already_emitted[pick_already(generator.rng())];
-    reset_emitted_events_for_testing(already);
+    reset_raised_events_for_testing(already);
     const uint64_t inspected_before = device_logging_status().nodes_inspected;
     auto task = make_graph_task(pass.nodes[pass.root].get());
     run_bound_compute_dependencies(
         pass.nodes[pass.root].get(), *task, pass.min_topo_nr);
-    const uint8_t emitted = device_logging_status().events_emitted;
+    const uint8_t emitted = device_logging_status().events_raised;
     // A pass that does not raise every pending event reads to its end: the
     // root and every node at or above min_topo_nr, none of those it skipped
     // below it. One that does may stop early, after reading at least one.

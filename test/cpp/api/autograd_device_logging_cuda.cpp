@@ -86,7 +86,7 @@ TEST(Cuda, TwoDevicesAndCpuGiveBothInOnePass) {
   EXPECT_TRUE(torch::equal(a.grad(), torch::full({4}, 5.0)));
   EXPECT_EQ(recorder.count(kMulti), 1u);
   EXPECT_EQ(recorder.count(kGpuCpu), 1u);
-  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  EXPECT_EQ(device_logging_status().events_raised, kAllBackwardDeviceEvents);
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 
 #include <torch/csrc/autograd/backward_device_classifier.h>
 #include <torch/csrc/autograd/device_logging.h>
+#include <torch/csrc/autograd/device_logging_c_api.h>
 #include <torch/csrc/autograd/device_stats.h>
 
 #include <torch/torch.h>
@@ -96,7 +97,7 @@ TEST(EndToEnd, TwoDevicesAndCpuGiveBothInOnePass) {
       .backward();
   EXPECT_EQ(recorder.count(kMulti), 1u);
   EXPECT_EQ(recorder.count(kGpuCpu), 1u);
-  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  EXPECT_EQ(device_logging_status().events_raised, kAllBackwardDeviceEvents);
 }
 
 TEST(EndToEnd, RepeatedPassesGiveEachEventOnce) {
@@ -116,7 +117,7 @@ TEST(EndToEnd, RepeatedPassesGiveEachEventOnce) {
 TEST(EndToEnd, AfterBothFiredManyPassesInspectNothing) {
   auto a = torch::ones({4}, torch::requires_grad());
   ((a.to(kDevice0)).sum() + a.to(kDevice1).sum().to(kDevice0)).backward();
-  ASSERT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  ASSERT_EQ(device_logging_status().events_raised, kAllBackwardDeviceEvents);
   const uint64_t inspected = device_logging_status().nodes_inspected;
   for (int i = 0; i < 200; ++i) {
     auto x = torch::ones({2}, torch::requires_grad());
@@ -254,7 +255,7 @@ void expect_fault_disables_the_library_once(
   EXPECT_NE(status.disabled_reason.find(reason), std::string::npos)
       << status.disabled_reason;
   EXPECT_EQ(status.nodes_inspected, 0u);
-  EXPECT_EQ(status.events_emitted, 0);
+  EXPECT_EQ(status.events_raised, 0);
   run_mixed_pass_and_check_gradient();
   EXPECT_TRUE(recorder.events().empty());
   EXPECT_EQ(device_logging_status().nodes_inspected, 0u);
@@ -365,7 +366,7 @@ TEST(DeviceStats, AreOffByDefault) {
   // The hook did classify these passes (on every release: Note [Where torch
   // logs the events itself]); it only counted none of them.
   EXPECT_GT(device_logging_status().nodes_inspected, 0u);
-  EXPECT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  EXPECT_EQ(device_logging_status().events_raised, kAllBackwardDeviceEvents);
 }
 
 TEST(DeviceStats, CountEveryClassAndReset) {
@@ -379,7 +380,7 @@ TEST(DeviceStats, CountEveryClassAndReset) {
   EXPECT_EQ(stats.multi_accelerator, 2u);
   EXPECT_EQ(stats.max_accelerators_in_one_pass, 2);
   // Both events have fired by now; the statistics keep counting.
-  ASSERT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  ASSERT_EQ(device_logging_status().events_raised, kAllBackwardDeviceEvents);
   run_one_pass_of_each_class();
   EXPECT_EQ(backward_device_stats().passes(), 10u);
 
@@ -457,7 +458,7 @@ TakenCensus take_census() {
 TEST(CensusOnRequest, ReadsTheRequestedPassAfterBothEventsFired) {
   auto a = torch::ones({4}, torch::requires_grad());
   ((a.to(kDevice0)).sum() + a.to(kDevice1).sum().to(kDevice0)).backward();
-  ASSERT_EQ(device_logging_status().events_emitted, kAllBackwardDeviceEvents);
+  ASSERT_EQ(device_logging_status().events_raised, kAllBackwardDeviceEvents);
   const uint64_t inspected = device_logging_status().nodes_inspected;
 
   EXPECT_EQ(take_census().device_class, -1); // nothing requested

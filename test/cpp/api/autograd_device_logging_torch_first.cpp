@@ -43,7 +43,7 @@ TEST(TorchFirst, LibtorchsOwnDefinitionIsBound) {
   auto x = torch::arange(1.0, 4.0).requires_grad_();
   (x * x).sum().backward();
   EXPECT_TRUE(torch::equal(x.grad(), 2 * torch::arange(1.0, 4.0)));
-  EXPECT_FALSE(device_logging_status().hook_has_run);
+  EXPECT_FALSE(device_logging_status().active);
 }
 
 TEST(TorchFirst, FallbackFindsLibtorchsDefinition) {
@@ -61,7 +61,7 @@ TEST(TorchFirst, FallbackFindsLibtorchsDefinition) {
   ASSERT_NE(ours, nullptr);
   ours(&Engine::get_default_engine(), root.get(), *task, 0);
   EXPECT_EQ(task->dependencies_.at(child.get()), 1);
-  EXPECT_TRUE(device_logging_status().hook_has_run);
+  EXPECT_TRUE(device_logging_status().active);
   EXPECT_EQ(
       recorder.events(), std::vector<std::string>{kGpuCpuBackwardEventName});
 }

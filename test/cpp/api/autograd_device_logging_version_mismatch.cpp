@@ -46,7 +46,7 @@ TEST(VersionMismatch, ForwardsButClassifiesNothing) {
   // ...and nothing read the graph.
   EXPECT_TRUE(recorder.events().empty());
   EXPECT_EQ(device_logging_status().nodes_inspected, 0u);
-  EXPECT_TRUE(device_logging_status().hook_has_run);
+  EXPECT_TRUE(device_logging_status().active);
 }
 
 TEST(VersionMismatch, RealBackwardIsUnchanged) {

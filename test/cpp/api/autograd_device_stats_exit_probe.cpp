@@ -1,6 +1,6 @@
 // Runs one backward pass of each device class on the test accelerator and
 // exits normally; ctest checks the statistics summary it prints at exit
-// (PYTORCH_AUTOGRAD_DEVICE_STATS=1 in its environment).
+// (AUTOGRAD_DEVICE_LOGGING_STATS=1 in its environment).
 
 #include "leak_check.h"
 

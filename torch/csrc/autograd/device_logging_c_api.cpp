@@ -1,15 +1,21 @@
-// The C ABI of the autograd device-logging patch (declared at the bottom of
-// device_logging.h and device_stats.h), for callers without C++ linkage:
-// Python's ctypes. Each function wraps the C++ API of the same meaning.
+// The C ABI of the autograd device-logging patch (device_logging_c_api.h):
+// every extern "C" function the library exports, each a wrapper of the C++
+// function of the same meaning.
 
-#include <torch/csrc/autograd/device_logging.h>
+#include <torch/csrc/autograd/device_logging_c_api.h>
+
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/interposition.h>
+#include <torch/csrc/autograd/multithreading_mode.h>
+#include <torch/csrc/autograd/pass_census.h>
 #include <torch/csrc/autograd/process_record.h>
 
+#include <c10/core/Device.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -17,12 +23,12 @@ namespace device_logging = torch::autograd::device_logging;
 
 extern "C" {
 
-int autograd_device_logging_hook_has_run(void) {
-  return device_logging::device_logging_status().hook_has_run ? 1 : 0;
+int autograd_device_logging_active(void) {
+  return device_logging::device_logging_status().active ? 1 : 0;
 }
 
-unsigned autograd_device_logging_events_emitted(void) {
-  return device_logging::device_logging_status().events_emitted;
+unsigned autograd_device_logging_events_raised(void) {
+  return device_logging::device_logging_status().events_raised;
 }
 
 uint64_t autograd_device_logging_nodes_inspected(void) {
@@ -99,12 +105,11 @@ int autograd_device_logging_loaded_by_preload(void) {
   return device_logging::detail::loaded_by_preload() ? 1 : 0;
 }
 
-void autograd_device_logging_reset_emitted_events_for_testing(unsigned events) {
-  device_logging::reset_emitted_events_for_testing(
-      static_cast<uint8_t>(events));
+void autograd_device_logging_reset_raised_events_for_testing(unsigned events) {
+  device_logging::reset_raised_events_for_testing(static_cast<uint8_t>(events));
 }
 
-int autograd_device_logging_stats(uint64_t out[5]) {
+int autograd_device_logging_stats(uint64_t* out) {
   const auto stats = device_logging::backward_device_stats();
   out[0] = stats.cpu_only;
   out[1] = stats.single_accelerator;
@@ -120,6 +125,50 @@ void autograd_device_logging_enable_stats(int enabled) {
 
 void autograd_device_logging_reset_stats(void) {
   device_logging::reset_backward_device_stats();
+}
+
+int autograd_device_logging_multithreading_enabled(void) {
+  return device_logging::multithreading_enabled() ? 1 : 0;
+}
+
+int autograd_device_logging_set_multithreading_enabled(int enabled) {
+  return device_logging::set_multithreading_enabled(enabled != 0) ? 1 : 0;
+}
+
+int autograd_device_logging_request_pass_census(void) {
+  return device_logging::request_pass_census() ? 1 : 0;
+}
+
+int autograd_device_logging_take_pass_census(
+    char* devices,
+    size_t size,
+    uint64_t* nodes) {
+  using device_logging::PassDeviceCensus;
+  PassDeviceCensus census;
+  if (!device_logging::take_pass_census(&census)) {
+    return -1;
+  }
+  if (nodes != nullptr) {
+    *nodes = census.nodes_inspected;
+  }
+  if (devices != nullptr && size > 0) {
+    std::string text;
+    try {
+      for (int i = 0; i < census.num_accelerators; ++i) {
+        const uint16_t key = census.accelerators[i];
+        const c10::Device device(
+            static_cast<c10::DeviceType>(key >> 8),
+            static_cast<c10::DeviceIndex>(static_cast<int8_t>(key & 0xff)));
+        text += (i == 0 ? "" : ",") + device.str();
+      }
+    } catch (...) {
+      text.clear();
+    }
+    const size_t n = std::min(text.size(), size - 1);
+    std::memcpy(devices, text.data(), n);
+    devices[n] = '\0';
+  }
+  return static_cast<int>(census.device_class());
 }
 
 } // extern "C"

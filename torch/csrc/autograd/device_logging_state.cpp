@@ -11,8 +11,8 @@ namespace torch::autograd::device_logging {
 
 namespace detail {
 
-std::atomic<uint8_t> state{0};
-std::atomic<uint8_t> events_emitted{0};
+std::atomic<StateWord> state{0};
+std::atomic<uint8_t> events_raised{0};
 std::atomic<uint64_t> nodes_inspected{0};
 std::atomic<uint64_t> passes_classified{0};
 
@@ -35,7 +35,7 @@ void warn_to_stderr(const std::string& message) noexcept {
 }
 
 void disable(const std::string& reason) noexcept {
-  constexpr uint8_t kDisabledBits = kStateAllEventsDone | kStateDisabled;
+  constexpr StateWord kDisabledBits = kStateAllEventsDone | kStateDisabled;
   try {
     const std::string* owned = new std::string(reason);
     const std::string* expected = nullptr;
@@ -58,26 +58,27 @@ const std::string* disabled_reason() noexcept {
 
 } // namespace detail
 
-void reset_emitted_events_for_testing(uint8_t events_already_emitted) noexcept {
-  const uint8_t done = events_already_emitted & detail::kStateAllEventsDone;
-  uint8_t current = detail::state.load(std::memory_order_relaxed);
-  uint8_t next = 0;
+void reset_raised_events_for_testing(uint8_t events_already_raised) noexcept {
+  const detail::StateWord done =
+      events_already_raised & detail::kStateAllEventsDone;
+  detail::StateWord current = detail::state.load(std::memory_order_relaxed);
+  detail::StateWord next = 0;
   do {
     if (current & detail::kStateDisabled) {
       return;
     }
-    next = static_cast<uint8_t>(current & ~detail::kStateAllEventsDone) | done;
+    next = (current & ~detail::kStateAllEventsDone) | done;
   } while (!detail::state.compare_exchange_weak(
       current, next, std::memory_order_relaxed));
-  detail::events_emitted.store(done, std::memory_order_relaxed);
+  detail::events_raised.store(
+      static_cast<uint8_t>(done), std::memory_order_relaxed);
 }
 
 DeviceLoggingStatus device_logging_status() {
   DeviceLoggingStatus status;
-  status.hook_has_run =
-      detail::state.load(std::memory_order_relaxed) & detail::kStateHookHasRun;
-  status.events_emitted =
-      detail::events_emitted.load(std::memory_order_relaxed);
+  status.active =
+      detail::state.load(std::memory_order_relaxed) & detail::kStateActive;
+  status.events_raised = detail::events_raised.load(std::memory_order_relaxed);
   status.nodes_inspected =
       detail::nodes_inspected.load(std::memory_order_relaxed);
   if (const std::string* reason = detail::disabled_reason()) {

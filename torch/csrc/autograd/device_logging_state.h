@@ -22,7 +22,7 @@ namespace torch::autograd::device_logging::detail {
 // releases, with the same per-pass cost and the same once-per-process state,
 // but does not log the events through C10_LOG_API_USAGE_ONCE: torch does, so
 // each appears once per process, torch's. What the library decided is still
-// its own to report: status().events_emitted and the per-process record say
+// its own to report: status().events_raised and the per-process record say
 // which events this process's passes raised, so that fleet data that mixes
 // releases reads the same on both sides of 2.14. Only the overhead
 // benchmark's comparison build
@@ -40,40 +40,54 @@ constexpr bool kTorchLogsTheEvents = false;
 
 // Note [Device logging state]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// `state` holds one bit per BackwardDeviceEvent that needs no further
-// inspection (the event was emitted, or the library is disabled), a bit for
-// the opt-in statistics, one for "disabled", one for "the hook has run", one
-// for "an accelerator device was seen" (Note [Skipping processes without
-// accelerators], pass_logging.cpp), one for a test's injected fault and one
-// for a pending census request (sampled_pass.h). After
-// libtorch's walk, engine.cpp does one relaxed load of it; when it is exactly
-// kNothingLeftToLog (both events done, which only a pass that saw an
-// accelerator can do, the hook has run, statistics off, not disabled), the pass
-// ends there. Relaxed ordering is enough: a pass that reads a stale value
-// merely inspects nodes once more and then loses the fetch_or race, which still
-// emits each event exactly once.
-extern std::atomic<uint8_t> state;
-constexpr uint8_t kStateMultiDeviceDone = 1u << 0;
-constexpr uint8_t kStateGpuCpuDone = 1u << 1;
-constexpr uint8_t kStateStatsEnabled = 1u << 2;
-constexpr uint8_t kStateDisabled = 1u << 3;
-constexpr uint8_t kStateHookHasRun = 1u << 4;
-constexpr uint8_t kStateAcceleratorSeen = 1u << 5;
-// A test installed a classifier fault (set_classifier_fault_for_testing), so
-// passes take the slow path, which runs it.
-constexpr uint8_t kStateFaultForTesting = 1u << 6;
-// Some thread asked for the census of its next pass (sampled_pass.h),
-// so passes take the slow path, which takes it.
-constexpr uint8_t kStateCensusRequested = 1u << 7;
-constexpr uint8_t kStateAllEventsDone =
+// `state` is one 32-bit word that every pass reads. Its bits:
+//
+//   bit  name                     set while
+//   0    kStateMultiDeviceDone    multidevice_backward needs no further
+//                                 inspection (raised, or the library is
+//                                 disabled); the event's own
+//                                 BackwardDeviceEvent bit, which
+//                                 pass_logging.cpp asserts
+//   1    kStateGpuCpuDone         likewise for gpu_cpu_backward
+//   2    kStateStatsEnabled       the opt-in statistics are on
+//   3    kStateDisabled           the library disabled itself
+//   4    kStateActive             the hook has run: libtorch's
+//                                 Engine::execute is bound to it
+//   5    kStateAcceleratorSeen    an accelerator device was seen (Note
+//                                 [Skipping processes without accelerators],
+//                                 pass_logging.cpp)
+//   6    kStateFaultForTesting    a test installed a classifier fault
+//   7    kStateCensusRequested    some thread asked for the census of its
+//                                 next pass (Note [A census on request])
+//   8-31                          free
+//
+// After libtorch's walk, engine.cpp does one relaxed load of it; when it is
+// exactly kNothingLeftToLog (both events done, which only a pass that saw an
+// accelerator can do, the hook has run, statistics off, not disabled, no
+// fault, no census asked for), the pass ends there. A new condition that must
+// send passes to the slow path takes a free bit; the fast path's compare then
+// covers it with no change. Relaxed ordering is enough: a pass that reads a
+// stale value merely inspects nodes once more and then loses the fetch_or
+// race, which still emits each event exactly once.
+using StateWord = uint32_t;
+extern std::atomic<StateWord> state;
+constexpr StateWord kStateMultiDeviceDone = 1u << 0;
+constexpr StateWord kStateGpuCpuDone = 1u << 1;
+constexpr StateWord kStateStatsEnabled = 1u << 2;
+constexpr StateWord kStateDisabled = 1u << 3;
+constexpr StateWord kStateActive = 1u << 4;
+constexpr StateWord kStateAcceleratorSeen = 1u << 5;
+constexpr StateWord kStateFaultForTesting = 1u << 6;
+constexpr StateWord kStateCensusRequested = 1u << 7;
+constexpr StateWord kStateAllEventsDone =
     kStateMultiDeviceDone | kStateGpuCpuDone;
-constexpr uint8_t kNothingLeftToLog =
-    kStateAllEventsDone | kStateHookHasRun | kStateAcceleratorSeen;
+constexpr StateWord kNothingLeftToLog =
+    kStateAllEventsDone | kStateActive | kStateAcceleratorSeen;
 
 // BackwardDeviceEvent bits this process's passes raised, which the library
 // logged (torch logged them itself where kTorchLogsTheEvents); a subset of
 // the done bits, which disabling sets too.
-extern std::atomic<uint8_t> events_emitted;
+extern std::atomic<uint8_t> events_raised;
 // Nodes whose metadata the classifier read, summed over all passes.
 extern std::atomic<uint64_t> nodes_inspected;
 // Passes the classifier read (those skipped once both events fired are not

@@ -6,6 +6,7 @@
 
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats_recording.h>
+#include <torch/csrc/autograd/environment_flags.h>
 
 #include <array>
 #include <atomic>
@@ -42,6 +43,18 @@ void record_backward_pass(
   }
 }
 
+void arm_statistics_from_environment() noexcept {
+  if (renamed_env_flag(
+          "AUTOGRAD_DEVICE_LOGGING_STATS",
+          "PYTORCH_AUTOGRAD_DEVICE_STATS",
+          false)) {
+    try {
+      enable_backward_device_stats(true);
+    } catch (...) {
+    }
+  }
+}
+
 } // namespace detail
 
 void enable_backward_device_stats(bool enabled) {
@@ -52,8 +65,7 @@ void enable_backward_device_stats(bool enabled) {
         detail::kStateStatsEnabled, std::memory_order_relaxed);
   } else {
     detail::state.fetch_and(
-        static_cast<uint8_t>(~detail::kStateStatsEnabled),
-        std::memory_order_relaxed);
+        ~detail::kStateStatsEnabled, std::memory_order_relaxed);
   }
 }
 

@@ -4,7 +4,7 @@
 // backward passes were CPU-only, on one accelerator, on an accelerator plus
 // the CPU, or on several accelerators, and the most distinct accelerators one
 // pass spanned. Off by default (the default path then pays one compare);
-// PYTORCH_AUTOGRAD_DEVICE_STATS=1 at load, or enable_backward_device_stats(),
+// AUTOGRAD_DEVICE_LOGGING_STATS=1 at load, or enable_backward_device_stats(),
 // turns them on, and then a one-line summary is printed to stderr at exit.
 // Counters are process-wide and thread-safe.
 
@@ -39,12 +39,3 @@ AUTOGRAD_DEVICE_LOGGING_API std::string format_backward_device_stats(
     const BackwardDeviceStats& stats);
 
 } // namespace torch::autograd::device_logging
-
-extern "C" {
-// out[0..4]: cpu_only, single_accelerator, accelerator_cpu, multi_accelerator,
-// max_accelerators_in_one_pass; returns 1 if enabled.
-AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_stats(uint64_t out[5]);
-AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_enable_stats(
-    int enabled);
-AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_reset_stats(void);
-}

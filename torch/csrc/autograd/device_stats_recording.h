@@ -14,4 +14,8 @@ void record_backward_pass(
     BackwardDeviceClass device_class,
     int num_accelerators) noexcept;
 
+// Turns the statistics on where AUTOGRAD_DEVICE_LOGGING_STATS (or its old
+// name, PYTORCH_AUTOGRAD_DEVICE_STATS) says so; called once, at load.
+void arm_statistics_from_environment() noexcept;
+
 } // namespace torch::autograd::device_logging::detail

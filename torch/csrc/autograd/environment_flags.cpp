@@ -62,4 +62,25 @@ bool env_flag(const char* name, bool default_value) noexcept {
   return default_value;
 }
 
+bool renamed_env_flag(
+    const char* name,
+    const char* old_name,
+    bool default_value) noexcept {
+  const char* old_value = std::getenv(old_name);
+  if (old_value == nullptr || *old_value == '\0') {
+    return env_flag(name, default_value);
+  }
+  const char* value = std::getenv(name);
+  const bool new_one_set = value != nullptr && *value != '\0';
+  try {
+    warn_to_stderr(
+        std::string("autograd_device_logging: ") + old_name +
+        " is deprecated: use " + name +
+        (new_one_set ? std::string(", which is set too and wins.")
+                     : std::string(" (the same values).")));
+  } catch (...) {
+  }
+  return env_flag(new_one_set ? name : old_name, default_value);
+}
+
 } // namespace torch::autograd::device_logging::detail

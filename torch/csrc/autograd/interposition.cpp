@@ -1,16 +1,13 @@
 // Interposition of the autograd device-logging patch: finds libtorch's own
-// Engine::compute_dependencies, and runs the load-time checks (LD_PRELOAD
-// hygiene, the torch version, the lookup order) when the dynamic linker
-// initializes the library.
+// Engine::compute_dependencies, and holds the load-time checks (LD_PRELOAD
+// hygiene, the torch version, the lookup order) that library_load.cpp runs
+// when the dynamic linker initializes the library.
 
 #include <torch/csrc/autograd/interposition.h>
 
 #include <torch/csrc/autograd/engine.h>
 
 #include <torch/csrc/autograd/device_logging_state.h>
-#include <torch/csrc/autograd/device_stats.h>
-#include <torch/csrc/autograd/environment_flags.h>
-#include <torch/csrc/autograd/process_record.h>
 #include <torch/csrc/autograd/torch_build_identity.h>
 
 #include <torch/version.h>
@@ -247,17 +244,15 @@ bool remove_this_library_from_ld_preload() {
 // compute_dependencies needs no layout and keeps working. Builds against a
 // torch that logs these events itself classify and leave the logging to it
 // (Note [Where torch logs the events itself]).
-void check_at_load() noexcept {
+} // namespace
+
+void detail::check_interposition_at_load() noexcept {
   try {
     // Read while libtorch is alive: the record's exit handler reads it after
     // libtorch's statics may be gone (at::show_config() then crashes, as it
     // did on 2.0.1), so it must be cached now, whatever the checks decide.
     (void)detail::running_torch_version();
     detail::preloaded = remove_this_library_from_ld_preload();
-    detail::arm_process_record_from_environment();
-    if (detail::env_flag("PYTORCH_AUTOGRAD_DEVICE_STATS", false)) {
-      enable_backward_device_stats(true);
-    }
     detail::libtorch_compute_dependencies =
         resolve_libtorch_compute_dependencies();
     if (detail::libtorch_compute_dependencies == nullptr) {
@@ -293,12 +288,4 @@ void check_at_load() noexcept {
   }
 }
 
-// Runs the checks when the dynamic linker initializes this library, i.e.
-// after libtorch (a dependency) is initialized and before any backward pass
-// in a program that links it. Every global the checks touch in other files is
-// constant-initialized, so the order of initialization between this
-// library's files does not matter.
-[[maybe_unused]] const bool checked_at_load = (check_at_load(), true);
-
-} // namespace
 } // namespace torch::autograd::device_logging

@@ -3,7 +3,8 @@
 // How the autograd device-logging patch takes the place of libtorch's
 // Engine::compute_dependencies: the definition it forwards to, found when the
 // library is loaded, and the load-time checks that decide whether the
-// classifier may run in this process (interposition.cpp).
+// classifier may run in this process (interposition.cpp), which
+// library_load.cpp runs.
 
 #include <cstdint>
 #include <string>
@@ -43,6 +44,13 @@ const std::string& library_file() noexcept;
 // Whether LD_PRELOAD named this library when it was loaded (it removes itself
 // from LD_PRELOAD then, so the environment no longer says).
 bool loaded_by_preload() noexcept;
+
+// The load-time checks (Note [Which libtorch this library may inspect],
+// interposition.cpp): caches the running torch's version, removes this
+// library from LD_PRELOAD, finds libtorch's compute_dependencies, and
+// disables the classifier, with one warning, where it must not run. Called
+// once, by library_load.cpp.
+void check_interposition_at_load() noexcept;
 
 } // namespace detail
 } // namespace torch::autograd::device_logging

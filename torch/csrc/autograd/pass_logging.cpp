@@ -8,7 +8,7 @@
 #include <torch/csrc/autograd/backward_device_classifier.h>
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats_recording.h>
-#include <torch/csrc/autograd/sampled_pass.h>
+#include <torch/csrc/autograd/pass_census.h>
 #include <torch/csrc/autograd/process_record.h>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -65,12 +65,12 @@ bool process_has_accelerator_devices() noexcept {
 // the events itself, they are only marked raised (Note [Where torch logs the
 // events itself]).
 void emit(uint8_t decided) {
-  const uint8_t newly =
-      decided & ~state.fetch_or(decided, std::memory_order_relaxed);
+  const uint8_t newly = static_cast<uint8_t>(
+      decided & ~state.fetch_or(decided, std::memory_order_relaxed));
   if (newly == kNoBackwardDeviceEvent) {
     return;
   }
-  detail::events_emitted.fetch_or(newly, std::memory_order_relaxed);
+  detail::events_raised.fetch_or(newly, std::memory_order_relaxed);
   if constexpr (!detail::kTorchLogsTheEvents) {
     if (newly & kMultiDeviceBackward) {
       C10_LOG_API_USAGE_ONCE(kMultiDeviceBackwardEventName);
@@ -168,7 +168,7 @@ C10_NOINLINE void take_requested_census(
     const Node* root,
     const GraphTask& task,
     uint64_t min_topo_nr,
-    uint8_t current) noexcept {
+    detail::StateWord current) noexcept {
   detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
   or_disable([&] {
     if (C10_UNLIKELY(current & detail::kStateFaultForTesting)) {
@@ -186,8 +186,8 @@ C10_NOINLINE void take_requested_census(
       detail::record_backward_pass(
           census.device_class(), census.num_accelerators);
     }
-    const uint8_t decided =
-        census.events() & kAllBackwardDeviceEvents & ~current;
+    const uint8_t decided = static_cast<uint8_t>(
+        census.events() & kAllBackwardDeviceEvents & ~current);
     if (decided != kNoBackwardDeviceEvent) {
       emit(decided);
     }
@@ -202,12 +202,12 @@ C10_NOINLINE void log_backward_devices_slow(
     const Node* root,
     const GraphTask& task,
     uint64_t min_topo_nr,
-    uint8_t current) noexcept {
-  if (!(current & detail::kStateHookHasRun)) {
-    const uint8_t before =
-        state.fetch_or(detail::kStateHookHasRun, std::memory_order_relaxed);
-    current = before | detail::kStateHookHasRun;
-    if (!(before & detail::kStateHookHasRun)) {
+    detail::StateWord current) noexcept {
+  if (!(current & detail::kStateActive)) {
+    const detail::StateWord before =
+        state.fetch_or(detail::kStateActive, std::memory_order_relaxed);
+    current = before | detail::kStateActive;
+    if (!(before & detail::kStateActive)) {
       // The process's first backward pass (Note [The per-process record]).
       detail::record_first_backward_pass();
     }
@@ -240,7 +240,7 @@ C10_NOINLINE void log_backward_devices_slow(
       root,
       task,
       min_topo_nr,
-      kAllBackwardDeviceEvents & ~current,
+      static_cast<uint8_t>(kAllBackwardDeviceEvents & ~current),
       stats,
       current & detail::kStateFaultForTesting);
 }
@@ -305,19 +305,19 @@ void log_backward_devices(
     const Node* root,
     const GraphTask& task,
     uint64_t min_topo_nr) noexcept {
-  constexpr uint8_t kFastPathMask = detail::kStateHookHasRun |
-      detail::kStateAcceleratorSeen | detail::kStateStatsEnabled |
-      detail::kStateDisabled | detail::kStateFaultForTesting |
-      detail::kStateCensusRequested;
-  constexpr uint8_t kFastPath =
-      detail::kStateHookHasRun | detail::kStateAcceleratorSeen;
-  const uint8_t current = state.load(std::memory_order_relaxed);
+  // Every bit but the events' (Note [Device logging state]): a bit added
+  // later sends passes to the slow path with no change here.
+  constexpr detail::StateWord kFastPathMask = ~detail::kStateAllEventsDone;
+  constexpr detail::StateWord kFastPath =
+      detail::kStateActive | detail::kStateAcceleratorSeen;
+  const detail::StateWord current = state.load(std::memory_order_relaxed);
   if ((current & kFastPathMask) != kFastPath) {
     log_backward_devices_slow(root, task, min_topo_nr, current);
     return;
   }
   detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
-  const uint8_t pending = kAllBackwardDeviceEvents & ~current;
+  const uint8_t pending =
+      static_cast<uint8_t>(kAllBackwardDeviceEvents & ~current);
   if (min_topo_nr == 0) {
     classify_on_the_fast_path<false>(root, task, 0, pending);
   } else {
@@ -331,9 +331,7 @@ void set_classifier_fault_for_testing(
   if (fault != nullptr) {
     state.fetch_or(detail::kStateFaultForTesting, std::memory_order_relaxed);
   } else {
-    state.fetch_and(
-        static_cast<uint8_t>(~detail::kStateFaultForTesting),
-        std::memory_order_relaxed);
+    state.fetch_and(~detail::kStateFaultForTesting, std::memory_order_relaxed);
   }
 }
 

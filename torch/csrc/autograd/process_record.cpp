@@ -2,11 +2,11 @@
 
 #include <torch/csrc/autograd/process_record.h>
 
+#include <torch/csrc/autograd/accelerator_devices.h>
 #include <torch/csrc/autograd/backward_device_classifier.h>
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/interposition.h>
-#include <torch/csrc/autograd/pass_logging.h>
 #include <torch/csrc/autograd/record_file.h>
 #include <torch/csrc/autograd/record_writer.h>
 
@@ -278,7 +278,7 @@ nlohmann::json make_record(
   r["library_version"] = AUTOGRAD_DEVICE_LOGGING_VERSION;
   r["activated_by"] = activation;
   r["accelerators"] = accelerators_seen();
-  const uint8_t emitted = events_emitted.load(std::memory_order_relaxed);
+  const uint8_t emitted = events_raised.load(std::memory_order_relaxed);
   r["events"] = nlohmann::json::array();
   if (emitted & kMultiDeviceBackward) {
     r["events"].push_back(kMultiDeviceBackwardEventName);
@@ -288,7 +288,7 @@ nlohmann::json make_record(
   }
   r["events_logged_by"] = kTorchLogsTheEvents ? "torch" : "library";
   r["ran_backward"] =
-      (state.load(std::memory_order_relaxed) & kStateHookHasRun) != 0;
+      (state.load(std::memory_order_relaxed) & kStateActive) != 0;
   r["passes_classified"] = passes_classified.load(std::memory_order_relaxed);
   const BackwardDeviceStats stats = backward_device_stats();
   if (stats.enabled || stats.passes() > 0) {

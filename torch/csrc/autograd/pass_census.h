@@ -1,13 +1,12 @@
 #pragma once
 
-// What the threading-cost measurement
-// (python/autograd_device_logging/threading_measurement.py) needs from C++
-// around a sampled backward pass: the calling thread's multithreading mode,
-// read and set through c10's autograd state on every release (the Python getter
-// arrived only in 2.1), and the census of the pass, which it attributes the
-// timed pass to. The census is taken by the hook whatever the
-// once-per-process state says, so a pass is classified even after both
-// events fired.
+// The census of one backward pass, on request: the thread that asks gets the
+// device class, the accelerator devices and the node count of the next pass
+// it starts. The threading-cost measurement
+// (python/autograd_device_logging/threading_measurement.py) attributes each
+// timed pass to its device class this way. The hook takes the census
+// whatever the once-per-process state says, so a pass is classified even
+// after both events fired.
 
 #include <torch/csrc/autograd/backward_device_classifier.h>
 
@@ -32,13 +31,6 @@ bool request_pass_census() noexcept;
 // the request. False when none was taken (the pass never reached the hook,
 // or the library was disabled meanwhile).
 bool take_pass_census(PassDeviceCensus* census) noexcept;
-
-// The calling thread's multithreading mode for backward passes
-// (c10::AutogradState, what torch.autograd.set_multithreading_enabled sets):
-// the engine reads it when the pass starts.
-bool multithreading_enabled() noexcept;
-// Sets it; returns the mode it replaced.
-bool set_multithreading_enabled(bool enabled) noexcept;
 
 namespace detail {
 
