@@ -243,6 +243,7 @@ if [ -n "$record" ]; then
     echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "- torch: $torch_version (the machine's installed torch, built against by this run)"
     echo "- CUDA_VISIBLE_DEVICES: ${CUDA_VISIBLE_DEVICES:-unset}"
+    echo "- PYTEST_ADDOPTS: ${PYTEST_ADDOPTS:-unset}"
     echo "- python: $("$python" -c 'import sys; print(sys.version.split()[0])'), compiler: $(c++ --version | head -1)"
     echo "- command: \`bash tools/gpu_check.sh --record docs/gpu-verification.md\`"
     echo "- C++ (ctest, one process per case): ${ctest_passed} passed, ${ctest_failed:-?} failed, ${ctest_skipped} skipped, of ${ctest_total:-?}"
