@@ -329,6 +329,39 @@ for i in range(2):
         self.assertEqual(proc.cost["not_sampled"], {"inside or beside another backward": 1})
         self.assertEqual(proc.cost["discarded"], {"another backward ran during it": 1})
 
+    def test_another_threads_concurrent_pass_is_not_sampled(self):
+        # A sampled pass whose node starts another thread's backward and
+        # waits for it to end: that pass runs beside the sampled one, so it is
+        # never part of a pair, and the sampled pass is discarded.
+        proc = self.run_child(
+            ON_ONE_DEVICE
+            + """
+import threading
+other = torch.ones(3, requires_grad=True)
+beside_done = threading.Event()
+def beside():
+    (other * 3).sum().backward()
+    beside_done.set()
+class StartsAnotherBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1
+    @staticmethod
+    def backward(ctx, g):
+        threading.Thread(target=beside).start()
+        assert beside_done.wait(60), "the other thread's backward did not end"
+        return g
+StartsAnotherBackward.apply(w).sum().backward()
+assert torch.equal(other.grad, torch.full((3,), 3.0))
+for i in range(2):
+    one_pass()
+""",
+            **EVERY_PASS,
+        )
+        self.assertEqual(proc.cost["not_sampled"], {"inside or beside another backward": 1})
+        self.assertEqual(proc.cost["discarded"], {"another backward ran during it": 1})
+        self.assertEqual(proc.cost["classes"], {})
+
     @unittest.skipIf(
         torch.torch_version.TorchVersion(torch.__version__) < "2.4",
         "needs torch._dynamo.compiled_autograd (torch 2.4+)",
