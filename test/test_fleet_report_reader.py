@@ -134,6 +134,52 @@ def accepted(record):
         return False
 
 
+def generated_fleet(seed, jobs):
+    """Records of a fleet: `jobs` jobs of 2 to 8 ranks on 1 or 2 hosts, each
+    with a torchrun agent per host; some ranks restarted once (the same host
+    and rank, a later process); some processes ran no backward pass; events
+    drawn per process. No library is disabled."""
+    import random
+
+    rng = random.Random(seed)
+    records, pid = [], 100
+    for j in range(jobs):
+        hosts = [f"node{j}-{h}" for h in range(rng.choice((1, 2)))]
+        for host in hosts:
+            pid += 1
+            records.append(
+                synthetic_record(
+                    job=f"j-{j}",
+                    job_source="torchrun",
+                    host=host,
+                    pid=pid,
+                    role="agent",
+                    ran_backward=rng.random() < 0.5,
+                )
+            )
+        for rank in range(rng.randint(2, 8)):
+            host = hosts[rank % len(hosts)]
+            for attempt in range(2 if rng.random() < 0.3 else 1):
+                pid += 1
+                events = [e for e in (MULTIDEVICE, GPU_CPU) if rng.random() < 0.4]
+                records.append(
+                    synthetic_record(
+                        job=f"j-{j}",
+                        job_source="torchrun",
+                        host=host,
+                        pid=pid,
+                        start_time=f"2026-12-01T{9 + attempt:02d}:00:00Z",
+                        role="rank",
+                        rank=rank,
+                        local_rank=rank,
+                        world_size=8,
+                        events=events,
+                        ran_backward=rng.random() < 0.9,
+                    )
+                )
+    return records
+
+
 class TestFleetReportReader(TestCase):
     def setUp(self):
         super().setUp()
@@ -386,28 +432,51 @@ class TestFleetReportReader(TestCase):
         self.assertEqual(set(window["jobs"]), {"a", "(all jobs)"})
         self.assertEqual((window["jobs"]["a"]["processes"], window["filtered"]), (2, 1))
 
-    def test_duckdb_counts_the_same(self):
-        # The README's query over the same records, as an existing engine
-        # reads them.
-        self.write(
-            synthetic_record(job="a", pid=1, events=[GPU_CPU]),
-            synthetic_record(job="a", pid=2, role="agent", ran_backward=False),
-            synthetic_record(job="a", pid=3, role="rank", rank=0, events=[MULTIDEVICE]),
-            synthetic_record(job="a", pid=4, role="rank", rank=0, events=[GPU_CPU]),
-            synthetic_record(job="b", pid=5, disabled_reason="why"),
-            synthetic_record(job="b", pid=6, ran_backward=False),
-            synthetic_record(job="b", pid=7, events=[MULTIDEVICE, GPU_CPU]),
-        )
+    def duckdb_counts(self):
+        """docs/fleet-report.sql over self.dir, as DuckDB runs it."""
         with open(os.path.join(os.path.dirname(TEST_DIR), "docs", "fleet-report.sql")) as f:
             query = f.read().replace("'records/*.json'", repr(os.path.join(self.dir, "*.json")))
-        rows = duckdb.sql(query).fetchall()
+        return duckdb.sql(query).fetchall()
+
+    def report_counts(self):
         jobs = report_module.summarize_directory(self.dir)["jobs"]
-        expected = [
+        return [
             (j, s["processes"], s["processes_with"]["multidevice"], s["processes_with"]["gpu_cpu"])
             for j, s in sorted(jobs.items())
             if j != report_module.ALL_JOBS
         ]
-        self.assertEqual(rows, expected)
+
+    def test_duckdb_counts_the_same_on_a_healthy_fleet(self):
+        # The documented query over a generated fleet: several jobs of
+        # ranks, restarted ranks, torchrun agents, processes without a
+        # backward pass, and no disabled library anywhere (so that
+        # disabled_reason is null in every record).
+        records = generated_fleet(seed=3, jobs=6)
+        self.assertFalse(any(r["disabled_reason"] for r in records))
+        self.assertTrue(any(r["role"] == "agent" for r in records))
+        self.write(*records)
+        rows = self.duckdb_counts()
+        self.assertEqual(rows, self.report_counts())
+        self.assertEqual(len(rows), 6)
+        self.assertTrue(all(processes > 0 for _, processes, _, _ in rows), rows)
+
+    def test_duckdb_counts_the_same_beside_other_files_and_newer_minors(self):
+        records = generated_fleet(seed=5, jobs=3)
+        # A newer minor version adds fields, which neither reader needs.
+        for record in records[::4]:
+            record.update(schema="2.9", a_field_from_the_future={"x": [1, 2]})
+        records.append(synthetic_record(job="j-0", pid=999, disabled_reason="why"))
+        self.write(*records)
+        for name, text in (
+            ("notes.json", "not json at all"),
+            ("array.json", "[1, 2]"),
+            ("empty.json", ""),
+            ("number.json", "42"),
+            ("README.txt", "records live here"),
+        ):
+            with open(os.path.join(self.dir, name), "w") as f:
+                f.write(text)
+        self.assertEqual(self.duckdb_counts(), self.report_counts())
 
     def test_plot_of_ten_thousand_jobs(self):
         records = [
