@@ -98,13 +98,41 @@ def synthetic_record(**fields):
     return record
 
 
+def known_values_outside_the_schema(record):
+    """The values of `record`'s enumerated fields that the schema does not
+    list as known. Readers accept any string there (a newer minor version may
+    add values: Note [A newer minor version adds fields and values]), so this
+    is what holds the library, which writes the current version, to the
+    schema's vocabulary."""
+    properties = RECORD_SCHEMA["properties"]
+    outside = []
+
+    def check(where, value, known):
+        if value not in known:
+            outside.append(f"{where}={value!r}")
+
+    for field in ("written_at", "job_source", "role", "events_logged_by"):
+        if field in record:
+            check(field, record[field], properties[field]["examples"])
+    for event in record.get("events", []):
+        check("events", event, properties["events"]["items"]["examples"])
+    classes = properties["pass_classes"]["anyOf"][0]["required"]
+    for device_class in record.get("pass_classes") or {}:
+        check("pass_classes", device_class, classes)
+    for device_class in (record.get("threading_cost") or {}).get("pairs", {}):
+        check("threading_cost.pairs", device_class, classes)
+    return outside
+
+
 def only_record(test, directory):
-    """The one record in `directory`, checked against the schema."""
+    """The one record in `directory`, checked against the schema, every
+    enumerated value among the schema's known ones."""
     names = [n for n in os.listdir(directory) if n.endswith(".json")]
     test.assertEqual(len(names), 1, names)
     with open(os.path.join(directory, names[0])) as f:
         record = json.load(f)
     jsonschema.validate(record, RECORD_SCHEMA)
+    test.assertEqual(known_values_outside_the_schema(record), [])
     return record
 
 
@@ -175,6 +203,7 @@ class TestFleetReport(TestCase):
 
     def assert_valid_under_the_schema(self, record):
         jsonschema.validate(record, RECORD_SCHEMA)
+        self.assertEqual(known_values_outside_the_schema(record), [])
         self.assertIsNotNone(fleet_report_module().parse_record(record))
 
     def test_concurrent_processes_are_counted_exactly(self):

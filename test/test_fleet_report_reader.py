@@ -10,6 +10,7 @@ tests write nothing into the checkout.
 
 import atexit
 import collections
+import importlib.util
 import json
 import os
 import re
@@ -33,6 +34,7 @@ from test_fleet_report import (  # noqa: E402
     RECORD_SCHEMA,
     child_env,
     fleet_report_module,
+    known_values_outside_the_schema,
     synthetic_record,
 )
 
@@ -124,6 +126,17 @@ def mutated_threading_costs():
             max_size=2,
         ),
     )
+
+
+def load_package_module(name):
+    """One module of the package, by its file, without importing the package
+    (which would load the library into this process)."""
+    path = os.path.join(PACKAGE_ROOT, "autograd_device_logging", name + ".py")
+    spec = importlib.util.spec_from_file_location("adl_" + name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def accepted(record):
@@ -431,6 +444,80 @@ class TestFleetReportReader(TestCase):
         )
         self.assertEqual(set(window["jobs"]), {"a", "(all jobs)"})
         self.assertEqual((window["jobs"]["a"]["processes"], window["filtered"]), (2, 1))
+
+    def test_a_newer_minor_with_values_this_reader_does_not_know_is_counted(self):
+        # Note [A newer minor version adds fields and values]: each of the
+        # schema's enumerated fields, with a value a later library may write.
+        new = "a_value_from_the_future"
+        for field in ("written_at", "job_source", "role", "events_logged_by"):
+            with self.subTest(field=field):
+                record = synthetic_record(schema="2.9", **{field: new})
+                jsonschema.validate(record, RECORD_SCHEMA)
+                self.assertTrue(accepted(record))
+                shutil.rmtree(self.dir)
+                os.makedirs(self.dir)
+                self.write(record)
+                summary = report_module.summarize_directory(self.dir)
+                self.assertEqual(summary["skipped"], {})
+                # An unknown role counts as "other": a process, not a rank.
+                self.assertEqual(summary["jobs"]["j"]["processes"], 1)
+                self.assertEqual(summary["jobs"]["j"]["ranks"], 0)
+
+    def test_an_unknown_event_and_class_are_kept_under_their_own_names(self):
+        event, device_class = "torch.autograd.a_future_event", "a_future_class"
+        records = [
+            # A restarted rank raises the new event once: one process.
+            synthetic_record(schema="2.9", role="rank", rank=0, pid=1, events=[event]),
+            synthetic_record(schema="2.9", role="rank", rank=0, pid=2, events=[GPU_CPU]),
+            synthetic_record(
+                schema="2.9",
+                pid=3,
+                events=[event, MULTIDEVICE],
+                pass_classes={c: 1 for c in report_module.CLASSES} | {device_class: 5},
+                threading_cost={
+                    "pairs": {device_class: [[120, 100], [130, 100]]},
+                    "not_sampled": {},
+                    "discarded": {},
+                },
+            ),
+            synthetic_record(job="k", pid=4, events=[GPU_CPU]),
+        ]
+        for record in records:
+            jsonschema.validate(record, RECORD_SCHEMA)
+        self.write(*records)
+        summary = report_module.summarize_directory(self.dir)
+        self.assertEqual(summary["skipped"], {})
+        job, everything = summary["jobs"]["j"], summary["jobs"][report_module.ALL_JOBS]
+        self.assertEqual(job["processes"], 2)
+        self.assertEqual(job["processes_with"], {"multidevice": 1, "gpu_cpu": 1, event: 2})
+        self.assertEqual(everything["processes_with"], {"multidevice": 1, "gpu_cpu": 2, event: 2})
+        self.assertEqual(job["passes_per_class"][device_class], 5)
+        self.assertEqual(everything["passes_per_class"][device_class], 5)
+        self.assertEqual(list(job["passes_per_class"])[:4], list(report_module.CLASSES))
+        self.assertEqual(job["threading_cost"][device_class]["pairs"], 2)
+        table = report_module.format_table(summary)
+        self.assertIn(f"event {event} (from a newer library): 2/3 processes", table)
+        self.assertIn(f"class {device_class} (from a newer library): 5 passes", table)
+
+    def test_the_schema_names_what_the_code_names(self):
+        # The schema is the vocabulary: the events, classes and known values
+        # the code uses are the ones it lists, in the same order.
+        properties = RECORD_SCHEMA["properties"]
+        events = properties["events"]["items"]["examples"]
+        classes = properties["pass_classes"]["anyOf"][0]["required"]
+        self.assertEqual(list(report_module.EVENTS), events)
+        self.assertEqual(list(report_module.CLASSES), classes)
+        cost = properties["threading_cost"]["anyOf"][1]["properties"]["pairs"]
+        self.assertEqual(cost["propertyNames"]["examples"], classes)
+        native = load_package_module("_native")
+        self.assertEqual(list(native.EVENT_NAMES.values()), events)
+        measurement = load_package_module("threading_measurement")
+        self.assertEqual(list(measurement.CLASSES), classes)
+        # The checker of real records finds a value the schema does not list.
+        self.assertEqual(
+            known_values_outside_the_schema(synthetic_record(written_at="later")),
+            ["written_at='later'"],
+        )
 
     def duckdb_counts(self):
         """docs/fleet-report.sql over self.dir, as DuckDB runs it."""

@@ -50,10 +50,6 @@ EVENTS = {
 EVENT_BITS = {name: 1 << i for i, name in enumerate(EVENTS)}
 SHORT_BITS = {EVENTS[name]: bit for name, bit in EVENT_BITS.items()}
 CLASSES = ("cpu_only", "single_accelerator", "accelerator_cpu", "multi_accelerator")
-JOB_SOURCES = ("AUTOGRAD_DEVICE_LOGGING_JOB", "torchrun", "slurm", "pbs", "lsf", "kubernetes")
-JOB_SOURCES += ("program",)
-ROLES = ("rank", "agent", "other")
-WRITTEN_AT = ("first_pass", "event", "explicit", "measurement", "exit")
 ALL_JOBS = "(all jobs)"
 MAX_COUNT = 2**63 - 1
 # A record is about a kilobyte (a few more with the threading cost's pairs);
@@ -77,27 +73,50 @@ def _count(value, field: str) -> int:
     raise Skip(f"bad field: {field}")
 
 
-def _events(value) -> int:
+# Note [A newer minor version adds fields and values]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A record of a newer minor version may hold fields and enum values this
+# reader does not know: a new event, device class, written_at, job_source,
+# role or events_logged_by. Such a record is still evidence, so it is
+# counted: an unknown event or class is kept under its own name (in
+# processes_with, passes_per_class and threading_cost, after the known ones),
+# an unknown role counts as "other", and the rest are not read. The schema
+# says the same: its enums list the known values as examples of a string.
+def _events(value) -> Tuple[int, Tuple[str, ...]]:
+    """The known events as bits, and the unknown ones by name."""
     if type(value) is not list:
         raise Skip("bad field: events")
     bits = 0
+    others: Tuple[str, ...] = ()
     for name in value:
-        bit = EVENT_BITS.get(name) if type(name) is str else None
-        if bit is None or bits & bit:  # unknown, or twice
+        if type(name) is not str:
             raise Skip("bad field: events")
-        bits |= bit
-    return bits
+        bit = EVENT_BITS.get(name)
+        if bit is None:
+            if name in others:
+                raise Skip("bad field: events")  # twice
+            others += (name,)
+        elif bits & bit:  # twice
+            raise Skip("bad field: events")
+        else:
+            bits |= bit
+    return bits, others
 
 
-def _pass_classes(value) -> Optional[Tuple[int, ...]]:
+def _pass_classes(value) -> Tuple[Optional[Tuple[int, ...]], Optional[Dict[str, int]]]:
+    """The known classes' counts in CLASSES order, and the unknown ones."""
     if value is None:
-        return None
+        return None, None
     if type(value) is not dict:
         raise Skip("bad field: pass_classes")
     try:
-        return tuple(_count(value[c], "pass_classes") for c in CLASSES)
+        known = tuple(_count(value[c], "pass_classes") for c in CLASSES)
     except KeyError:
         raise Skip("bad field: pass_classes") from None
+    others = None
+    if len(value) > len(CLASSES):
+        others = {c: _count(n, "pass_classes") for c, n in value.items() if c not in CLASSES}
+    return known, others
 
 
 def _duration(value) -> int:
@@ -137,7 +156,7 @@ def _threading_cost(value) -> Optional[Dict[str, List[Tuple[int, int]]]]:
         raise Skip("bad field: threading_cost")
     out = {}
     for device_class, measured in pairs.items():
-        if device_class not in CLASSES or type(measured) is not list or len(measured) > 10000:
+        if type(measured) is not list or len(measured) > 10000:
             raise Skip("bad field: threading_cost")
         rows = []
         for pair in measured:
@@ -159,8 +178,10 @@ class Record:
         "role",
         "start_time",
         "events",
+        "other_events",
         "ran_backward",
         "pass_classes",
+        "other_classes",
         "torch",
         "disabled_reason",
     )
@@ -198,7 +219,7 @@ def parse_record(record) -> Record:
         raise Skip("bad field: start_time")
     r.start_time = start[:19]
     r.role = role = get("role")
-    if role not in ROLES or type(role) is not str:
+    if type(role) is not str:
         raise Skip("bad field: role")
     rank = get("rank", _MISSING)
     r.rank = None if rank is None else _count(None if rank is _MISSING else rank, "rank")
@@ -208,11 +229,11 @@ def parse_record(record) -> Record:
     if type(torch.get("built_for", "")) is not str:
         raise Skip("bad field: torch")
     r.torch = torch["running"]
-    r.events = _events(get("events"))
+    r.events, r.other_events = _events(get("events"))
     r.ran_backward = get("ran_backward")
     if type(r.ran_backward) is not bool:
         raise Skip("bad field: ran_backward")
-    r.pass_classes = _pass_classes(get("pass_classes", _MISSING))
+    r.pass_classes, r.other_classes = _pass_classes(get("pass_classes", _MISSING))
     reason = get("disabled_reason", _MISSING)
     if reason is not None and type(reason) is not str:
         raise Skip("bad field: disabled_reason")
@@ -224,16 +245,12 @@ def parse_record(record) -> Record:
     _count(get("passes_classified"), "passes_classified")
     if type(get("program")) is not str:
         raise Skip("bad field: program")
-    if get("job_source") not in JOB_SOURCES or type(get("job_source")) is not str:
-        raise Skip("bad field: job_source")
-    if get("events_logged_by") not in ("library", "torch"):
-        raise Skip("bad field: events_logged_by")
-    for field in ("time", "library_version", "activated_by"):
+    for field in ("job_source", "events_logged_by"):
+        if type(get(field)) is not str:
+            raise Skip(f"bad field: {field}")
+    for field in ("time", "library_version", "activated_by", "written_at"):
         if type(get(field, "")) is not str:
             raise Skip(f"bad field: {field}")
-    written_at = get("written_at", "exit")
-    if type(written_at) is not str or written_at not in WRITTEN_AT:
-        raise Skip("bad field: written_at")
     if type(get("accelerators", {})) is not dict:
         raise Skip("bad field: accelerators")
     return r
@@ -253,8 +270,8 @@ def _parse_first_format(record: dict) -> Record:
     r.rank = None if rank is None else _count(rank, "rank")
     r.role = "rank" if r.rank is not None else "other"
     r.start_time = None
-    r.events = _events(record.get("events"))
-    r.pass_classes = _pass_classes(record.get("pass_classes"))
+    r.events, r.other_events = _events(record.get("events"))
+    r.pass_classes, r.other_classes = _pass_classes(record.get("pass_classes"))
     torch = record.get("torch")
     running = torch.get("running") if type(torch) is dict else None
     r.torch = running if type(running) is str else "?"
@@ -338,6 +355,7 @@ class JobTotals:
         "torch",
         "left_out",
         "costs",
+        "others_by_name",
     )
 
     def __init__(self):
@@ -356,6 +374,16 @@ class JobTotals:
         # class -> processes that measured it.
         # class -> what the processes that measured it found.
         self.costs: Dict[str, MeasuredClass] = {}
+        # What only records of a newer minor version hold (Note [A newer
+        # minor version adds fields and values]), made when first needed:
+        # {"rank events": {rank key: {event}}, "events": Counter of the other
+        # processes' events, "passes": Counter of passes per class}.
+        self.others_by_name: Optional[dict] = None
+
+    def _by_name(self) -> dict:
+        if self.others_by_name is None:
+            self.others_by_name = {"rank events": {}, "events": Counter(), "passes": Counter()}
+        return self.others_by_name
 
     def add_costs(self, costs: Dict[str, List[Tuple[int, int]]]) -> None:
         for device_class, pairs in costs.items():
@@ -380,12 +408,18 @@ class JobTotals:
             passes = self.passes
             for i, n in enumerate(r.pass_classes):
                 passes[i] += n
+            if r.other_classes:
+                self._by_name()["passes"].update(r.other_classes)
         if r.role == "rank" and r.rank is not None:
             key = f"{r.host}\0{r.rank}"
             state = self.ranks.get(key, 0)
             self.ranks[key] = (state & _EVENT_MASK | r.events) | _release_number(r.torch) << 2
+            if r.other_events:
+                self._by_name()["rank events"].setdefault(key, set()).update(r.other_events)
             return False
         self.others += 1
+        if r.other_events:
+            self._by_name()["events"].update(r.other_events)
         for i, bit in enumerate(EVENT_BITS.values()):
             self.others_with[i] += bool(r.events & bit)
         self.torch[r.torch] += 1
@@ -410,11 +444,21 @@ class JobTotals:
             torch[_RELEASE_NAMES[state >> 2]] += 1
             for i, bit in enumerate(EVENT_BITS.values()):
                 with_event[i] += bool(state & bit)
+        processes_with = dict(zip(EVENTS.values(), with_event))
+        passes = dict(zip(CLASSES, self.passes)) if self.counting else None
+        if self.others_by_name is not None:
+            by_name = self.others_by_name
+            events = Counter(by_name["events"])
+            for names in by_name["rank events"].values():
+                events.update(names)
+            processes_with.update(sorted(events.items()))
+            if passes is not None:
+                passes.update(sorted(by_name["passes"].items()))
         return {
             "processes": processes,
             "ranks": len(self.ranks),
-            "processes_with": dict(zip(EVENTS.values(), with_event)),
-            "passes_per_class": dict(zip(CLASSES, self.passes)) if self.counting else None,
+            "processes_with": processes_with,
+            "passes_per_class": passes,
             "processes_counting_passes": self.counting,
             "torch": sorted(torch),
             "left_out": dict(sorted(self.left_out.items())),
@@ -501,7 +545,8 @@ class MeasuredClass:
 
 
 def _summaries_of(costs: Dict[str, MeasuredClass]) -> Optional[dict]:
-    out = {c: costs[c].summary() for c in CLASSES if c in costs}
+    known = [c for c in CLASSES if c in costs]
+    out = {c: costs[c].summary() for c in known + sorted(set(costs) - set(known))}
     return out or None
 
 
@@ -592,11 +637,9 @@ def _sum_of(summaries: List[dict]) -> dict:
     return {
         "processes": sum(s["processes"] for s in summaries),
         "ranks": sum(s["ranks"] for s in summaries),
-        "processes_with": {
-            e: sum(s["processes_with"][e] for s in summaries) for e in EVENTS.values()
-        },
+        "processes_with": _summed(s["processes_with"] for s in summaries),
         "passes_per_class": (
-            {c: sum((s["passes_per_class"] or {}).get(c, 0) for s in summaries) for c in CLASSES}
+            _summed(s["passes_per_class"] or dict.fromkeys(CLASSES, 0) for s in summaries)
             if counting
             else None
         ),
@@ -604,6 +647,16 @@ def _sum_of(summaries: List[dict]) -> dict:
         "torch": sorted({t for s in summaries for t in s["torch"]}),
         "left_out": dict(sorted(left_out.items())),
     }
+
+
+def _summed(counts) -> Dict[str, int]:
+    """The sum of dicts of counts, in the order their keys first appear (the
+    known names first, as each dict has them first)."""
+    out: Dict[str, int] = {}
+    for one in counts:
+        for name, n in one.items():
+            out[name] = out.get(name, 0) + n
+    return out
 
 
 def _left_out_text(left_out: Dict[str, int]) -> str:
@@ -665,6 +718,7 @@ def format_table(report: dict) -> str:
         reasons.update({k: v for k, v in s["left_out"].items() if k.startswith("disabled: ")})
     for reason, count in sorted(reasons.items()):
         lines.append(f"left out, {count} process{'es' if count != 1 else ''} {reason}")
+    lines += _newer_names_text(summary)
     cost = format_threading_cost(summary)
     if cost:
         lines += ["", cost]
@@ -673,6 +727,27 @@ def format_table(report: dict) -> str:
     for reason, count in skipped.items():
         lines.append(f"{count} record{'s' if count != 1 else ''} skipped: {reason}")
     return "\n".join(lines)
+
+
+def _newer_names_text(summary: dict) -> List[str]:
+    """A line per event and class that only records of a newer minor version
+    name (Note [A newer minor version adds fields and values]), over all
+    jobs."""
+    whole = summary.get(ALL_JOBS) or next(iter(summary.values()), None)
+    if whole is None:
+        return []
+    n = whole["processes"]
+    lines = [
+        f"event {name} (from a newer library): {count}/{n} processes"
+        for name, count in whole["processes_with"].items()
+        if name not in EVENTS.values()
+    ]
+    lines += [
+        f"class {name} (from a newer library): {count} passes"
+        for name, count in (whole["passes_per_class"] or {}).items()
+        if name not in CLASSES
+    ]
+    return lines
 
 
 def _signed(value: float) -> str:
