@@ -323,7 +323,9 @@ def main():
         f"per node before firing, graphs of 1,000+ nodes: at most {worst_node:.2f} added "
         "instructions per node (target 18): " + ("met" if worst_node <= 18 else "MISSED")
     )
-    # Note [The per-pass constant]: a pass costs a + b * nodes; with two
+    # Note [The per-pass constant]
+    # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    # A pass costs a + b * nodes; with two
     # graph sizes of the same shape and placement, b is the slope between
     # them and a what is left of the smaller one.
     w("")

@@ -336,6 +336,7 @@ def run_scenarios(torch, namespace, scenarios, jobs, executed=False, library=Non
 
 
 # Note [Replaying on CUDA in reused processes]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # A fresh child per scenario creates a CUDA context on each GPU it touches,
 # which costs about a second of driver time per child: the corpus would take
 # most of an hour. On CUDA, the corpus therefore runs in a few worker

@@ -141,6 +141,7 @@ def run_child(args, env_extra=None, with_package=True, stdin_code=None):
 
 
 # Note [Children skip interpreter finalization]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # Stock PyTorch can abort at interpreter exit when an autograd device thread
 # is still starting up and asks for the GIL while Python finalizes ("terminate
 # called without an active exception"; seen with and without this library on

@@ -88,7 +88,7 @@ class TestUpstreamParity(TestCase):
         )
         return sorted(answers.pop())
 
-    def test_fixture_holds_2000_scenarios_from_2_14_and_2_15(self):
+    def test_fixture_holds_at_least_2000_scenarios_from_2_14_and_2_15(self):
         self.assertGreaterEqual(len(self.scenarios), 2000)
         self.assertEqual(sorted(self.fixture["torch"]), ["2.14.1", "2.15.0"])
         self.assertEqual([s["seed"] for s in self.scenarios], list(range(len(self.scenarios))))

@@ -202,7 +202,7 @@ def write(rows, output):
         "that last tested it. Each row: a venv with that torch from PyPI, the library, its "
         "tests and the test accelerator built against it, then ctest, pytest (the whole "
         "Python suite), the demo, and a wheel (tools/build_wheels.sh) installed into that venv "
-        "and its `--check`. From 2.14.1 on torch logs the events itself: the library "
+        "and its `--check`. From 2.14 on torch logs the events itself: the library "
         "classifies as before and leaves the logging to torch, and only the cases about what "
         "is logged without the library skip there, saying so (Note [The events' tests where "
         "torch logs them itself]).",

@@ -9,7 +9,8 @@ AUTOGRAD_DEVICE_LOGGING_REPORT_DIR (or the launcher's --report) named it
 (Note [The per-process record] in torch/csrc/autograd/process_record.h; the
 format is schema/process_record.schema.json). The report runs offline: it
 imports neither torch nor the library, writes nothing, and needs only Python
-(matplotlib for --plot).
+(numpy and scipy for the threading cost's intervals, n/a without them;
+matplotlib for --plot).
 
 A row per job and one for all jobs. Its denominator is the processes that ran
 at least one backward pass; a rank that restarted counts once per (job, host,

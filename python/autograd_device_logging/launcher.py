@@ -124,8 +124,9 @@ def run_script(script, args):
     _activation.set_program(script)
     # As `python SCRIPT` does: the script's own directory, symlinks resolved.
     sys.path[0] = os.path.dirname(os.path.realpath(script))
-    # Note [The script's path as given]: runpy sets sys.argv[0] and __file__
-    # to the path it is handed. As given, sys.argv[0] matches `python SCRIPT`;
+    # Note [The script's path as given]
+    # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    # runpy sets sys.argv[0] and __file__ to the path it is handed. As given, sys.argv[0] matches `python SCRIPT`;
     # __file__ (and traceback paths) are then that path too, where Python
     # 3.9+ makes __main__.__file__ absolute.
     return run_program(lambda: runpy.run_path(script, run_name="__main__"))

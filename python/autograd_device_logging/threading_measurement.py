@@ -77,7 +77,8 @@ class Settings:
     warmup: int = 10
     #: Pairs measured per process, at most (and at most twice as many tried).
     max_pairs: int = 64
-    #: Seeds the choices; None: from the job's name.
+    #: Seeds the choices; None: the job's name as the record gives it, else
+    #: the rendezvous address, else a random seed (_job_seed).
     seed: Optional[int] = None
     #: Untimed passes run in a timed pass's mode just before it (Note
     #: [Measuring the cost of single-threaded backward]).

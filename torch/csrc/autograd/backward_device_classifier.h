@@ -453,6 +453,18 @@ C10_ALWAYS_INLINE PassDeviceSummary fold_pass_nodes(
 
 } // namespace detail
 
+// Note [Nodes below min_topo_nr are not part of the pass]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With inputs given (torch.autograd.grad, backward(inputs=...)), the engine
+// passes compute_dependencies the smallest topological_nr of the inputs'
+// gradient edges as min_topo_nr. A node below it cannot lie on a path to any
+// input, so the pass never runs it. libtorch's walk still puts it into
+// nodes_in_graph_ when a node it expands points to it, and then does not
+// expand it, so the set can hold such nodes. The classifier reads only the
+// nodes at or above min_topo_nr (min_topo_nr 0 is every node): a partial pass
+// is classified by the nodes it can run, and upstream's own events on such
+// passes agree (test_upstream_parity.py replays grad on partial graphs).
+
 // Classifies one backward pass: `root` plus every node in `nodes` (the set the
 // dependency walk visited) whose topological_nr is at least `min_topo_nr`
 // (Note [Nodes below min_topo_nr are not part of the pass]). Only the events

@@ -35,9 +35,13 @@ namespace torch::autograd::device_logging::detail {
 
 namespace {
 
-// Note [One schema for the record]: schema/process_record.schema.json. A
-// new field that readers may ignore is a new minor version; anything else
-// (a field removed, renamed or given another meaning) a new major one.
+// Note [One schema for the record]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// schema/process_record.schema.json is the record's one description, and the
+// vocabulary of its enumerated fields. A new field, or a new value of an
+// enumerated field, is a new minor version, which readers keep (Note [A newer
+// minor version adds fields and values], fleet_report.py); anything else (a
+// field removed, renamed or given another meaning) is a new major one.
 constexpr const char* kRecordSchema = "2.1";
 
 struct RecordSettings {
