@@ -37,6 +37,7 @@ _native = load_native()
 C_TYPES = {
     "void": None,
     "int": ctypes.c_int,
+    "double": ctypes.c_double,
     "unsigned": ctypes.c_uint,
     "uint64_t": ctypes.c_uint64,
     "size_t": ctypes.c_size_t,

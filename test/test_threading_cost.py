@@ -442,6 +442,62 @@ for i in range(10):
         self.assertEqual(status["pairs"], 5)
         self.assertEqual(status["quartiles_percent"], [percent[1], percent[3]])
 
+    def test_the_library_writes_what_the_measurement_hands_it(self):
+        # One writer: the measurement hands over its settings, each pair and
+        # its counts through typed calls, and the library writes the record's
+        # threading_cost; what the schema would refuse is refused there.
+        proc = self.run_child(
+            """
+lib = autograd_device_logging._activation.library()
+pair, count = lib.autograd_device_logging_record_measured_pair, lib.autograd_device_logging_record_measurement_count
+print("BEFORE_START", pair(1, 10, 20), count(0, b"x", 1))
+lib.autograd_device_logging_start_recording_threading_cost(0.5, 3, 8, 1)
+print("REFUSED", pair(4, 10, 20), pair(-1, 10, 20), pair(1, 0, 20), pair(1, 10, 0), pair(1, 10, 2**63), count(2, b"x", 1))
+print("KEPT", pair(1, 10, 20), pair(1, 30, 40), pair(3, 5, 6), count(0, b"inside", 2), count(1, b"graph changed", 1), count(1, b"graph changed", 3))
+""",
+        )
+        self.assertIn("BEFORE_START -1 -1", proc.stdout)
+        self.assertIn("REFUSED -1 -1 -1 -1 -1 -1", proc.stdout)
+        self.assertIn("KEPT 1 1 1 0 0 0", proc.stdout)
+        self.assertEqual(
+            self.only_record()["threading_cost"],
+            {
+                "pairs": {
+                    "single_accelerator": [[10, 20], [30, 40]],
+                    "multi_accelerator": [[5, 6]],
+                },
+                "not_sampled": {"inside": 2},
+                "discarded": {"graph changed": 3},
+                "rate": 0.5,
+                "warmup": 3,
+                "max_pairs": 8,
+                "washout": 1,
+            },
+        )
+
+    def test_counts_after_the_last_pair_reach_the_record_at_exit(self):
+        # A normal exit (CPU passes only: no device thread is left to race
+        # interpreter finalization): a pair, then a pair of two graphs, which
+        # is discarded after the last measured pair.
+        code = (
+            "import autograd_device_logging, torch\n"
+            "x = torch.ones(3, requires_grad=True)\n"
+            "for i in range(2):\n"
+            "    (x * 2).sum().backward()\n"
+            "for i in range(2):\n"
+            "    ((x * 2).exp() if i else x * 2).sum().backward()\n"
+        )
+        env = child_env(self.dir)
+        env.update(EVERY_PASS)
+        proc = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        record = self.only_record()
+        self.assertEqual(record["written_at"], "exit")
+        self.assertEqual(len(record["threading_cost"]["pairs"]["cpu_only"]), 1)
+        self.assertEqual(record["threading_cost"]["discarded"], {"graph changed": 1})
+
     def test_the_launcher_option_measures(self):
         script = os.path.join(self.tmp.name, "train.py")
         with open(script, "w") as f:

@@ -61,7 +61,7 @@ def write_process_record() -> bool:
     if lib is None:
         return False
     _activation.tell_record()
-    _measurement.write_record()
+    _measurement.record_counts()
     return bool(lib.autograd_device_logging_write_process_record())
 
 

@@ -318,7 +318,7 @@ def tell_record() -> None:
 
 def _at_exit() -> None:
     tell_record()
-    _measurement.write_record()
+    _measurement.record_counts()
 
 
 # -- The .pth ---------------------------------------------------------------

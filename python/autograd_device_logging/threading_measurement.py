@@ -47,7 +47,6 @@ import contextlib
 import ctypes
 import dataclasses
 import functools
-import json
 import os
 import random
 import statistics
@@ -420,12 +419,16 @@ class Sampler:
             off, on = (first, this) if not first.multithreading else (this, first)
             self._pairs[this.device_class].append((off.ns, on.ns))
             self._measured += 1
-        self.write_record()
+        # The counts first: the pair asks for the write that carries both.
+        self.record_counts()
+        self._lib.autograd_device_logging_record_measured_pair(device_class, off.ns, on.ns)
 
     # -- results ----------------------------------------------------------
 
     def record_fields(self) -> dict:
-        """The record's `threading_cost` (schema/process_record.schema.json)."""
+        """What this sampler found, in the shape of the record's
+        `threading_cost` (schema/process_record.schema.json), which the
+        library writes from what record_counts() and each pair hand it."""
         with self._lock:
             return {
                 "pairs": {c: [list(p) for p in pairs] for c, pairs in self._pairs.items() if pairs},
@@ -437,10 +440,15 @@ class Sampler:
                 "washout": self.settings.washout,
             }
 
-    def write_record(self) -> None:
-        self._lib.autograd_device_logging_set_record_threading_cost(
-            json.dumps(self.record_fields()).encode()
-        )
+    def record_counts(self) -> None:
+        """Hands the library the counts by reason for the record (its pairs
+        go over one by one, as they are measured)."""
+        with self._lock:
+            counts = [(0, self._not_sampled), (1, self._discarded)]
+            counts = [(which, reason, n) for which, c in counts for reason, n in c.items()]
+        record = self._lib.autograd_device_logging_record_measurement_count
+        for which, reason, n in counts:
+            record(which, reason.encode(), n)
 
     def result(self, enabled: bool = True) -> ThreadingCost:
         with self._lock:
@@ -515,6 +523,10 @@ def start(lib, settings: Settings, torch_module) -> None:
     global _sampler
     stop()
     _sampler = Sampler(lib, settings, torch_module)
+    # What an earlier sampler handed the record is dropped with it.
+    lib.autograd_device_logging_start_recording_threading_cost(
+        settings.rate, settings.warmup, settings.max_pairs, settings.washout
+    )
     _sampler.install()
 
 
@@ -535,9 +547,9 @@ def result() -> Optional[ThreadingCost]:
     return _sampler.result(enabled=_sampler.installed())
 
 
-def write_record() -> None:
+def record_counts() -> None:
     if _sampler is not None:
-        _sampler.write_record()
+        _sampler.record_counts()
 
 
 def settings_from_environment(warn) -> Optional[Settings]:

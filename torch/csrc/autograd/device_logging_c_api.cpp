@@ -81,8 +81,34 @@ void autograd_device_logging_set_record_activation(const char* how) {
   device_logging::detail::set_record_activation(how);
 }
 
-int autograd_device_logging_set_record_threading_cost(const char* json) {
-  return device_logging::detail::set_record_threading_cost(json);
+void autograd_device_logging_start_recording_threading_cost(
+    double rate,
+    uint64_t warmup,
+    uint64_t max_pairs,
+    uint64_t washout) {
+  device_logging::detail::start_recording_threading_cost(
+      rate, warmup, max_pairs, washout);
+}
+
+int autograd_device_logging_record_measured_pair(
+    int device_class,
+    uint64_t off_ns,
+    uint64_t on_ns) {
+  return device_logging::detail::record_measured_pair(
+      device_class, off_ns, on_ns);
+}
+
+int autograd_device_logging_record_measurement_count(
+    int which,
+    const char* reason,
+    uint64_t count) {
+  if (which != 0 && which != 1) {
+    return -1;
+  }
+  return device_logging::detail::record_measurement_count(
+      static_cast<device_logging::detail::MeasurementCount>(which),
+      reason,
+      count);
 }
 
 int autograd_device_logging_job_wide_name(char* job, size_t size) {

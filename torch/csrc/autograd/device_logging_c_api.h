@@ -62,11 +62,26 @@ AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_set_record_program(
     const char* program);
 AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_set_record_activation(
     const char* how);
-// The record's `threading_cost`: a JSON object, or nullptr for none; asks for
-// a write at once. 1 when asked, 0 when no directory is set, -1 when `json`
-// is not a JSON object.
+// The record's `threading_cost`, handed over as the measurement goes
+// (process_record.h): its start with its settings, each measured pair
+// (device_class is a BackwardDeviceClass; asks for a write: 1 then, 0 with no
+// directory, -1 when refused), and its counts by reason (which: 0
+// not_sampled, 1 discarded; 0, or -1 when refused).
+AUTOGRAD_DEVICE_LOGGING_API void
+autograd_device_logging_start_recording_threading_cost(
+    double rate,
+    uint64_t warmup,
+    uint64_t max_pairs,
+    uint64_t washout);
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_record_measured_pair(
+    int device_class,
+    uint64_t off_ns,
+    uint64_t on_ns);
 AUTOGRAD_DEVICE_LOGGING_API int
-autograd_device_logging_set_record_threading_cost(const char* json);
+autograd_device_logging_record_measurement_count(
+    int which,
+    const char* reason,
+    uint64_t count);
 // The job's name as the record gives it, into `job` (truncated to `size`
 // bytes, NUL terminated), when something job-wide names it (not the program
 // and host): 1 then, else 0.

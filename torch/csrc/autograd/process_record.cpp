@@ -16,17 +16,22 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <pthread.h>
 #include <unistd.h>
@@ -44,13 +49,63 @@ namespace {
 // field removed, renamed or given another meaning) is a new major one.
 constexpr const char* kRecordSchema = "2.1";
 
+// The record's names of the BackwardDeviceClass values, in their order.
+constexpr std::array<const char*, kNumBackwardDeviceClasses> kClassNames = {
+    "cpu_only",
+    "single_accelerator",
+    "accelerator_cpu",
+    "multi_accelerator"};
+
+// What the threading-cost measurement found (Note [Measuring the cost of
+// single-threaded backward], threading_measurement.py), as the measurement
+// handed it over: the record's `threading_cost`.
+struct MeasuredThreadingCost {
+  bool measuring = false;
+  double rate = 0;
+  uint64_t warmup = 0;
+  uint64_t max_pairs = 0;
+  uint64_t washout = 0;
+  // Per class, (off_ns, on_ns) pairs, at most kMaxPairsPerClass each.
+  std::array<
+      std::vector<std::pair<uint64_t, uint64_t>>,
+      kNumBackwardDeviceClasses>
+      pairs;
+  std::map<std::string, uint64_t> not_sampled;
+  std::map<std::string, uint64_t> discarded;
+
+  nlohmann::json to_json() const {
+    if (!measuring) {
+      return nullptr;
+    }
+    nlohmann::json by_class = nlohmann::json::object();
+    for (int i = 0; i < kNumBackwardDeviceClasses; ++i) {
+      if (!pairs[i].empty()) {
+        nlohmann::json rows = nlohmann::json::array();
+        for (const auto& [off, on] : pairs[i]) {
+          rows.push_back({off, on});
+        }
+        by_class[kClassNames[i]] = std::move(rows);
+      }
+    }
+    return {
+        {"pairs", std::move(by_class)},
+        {"not_sampled", not_sampled},
+        {"discarded", discarded},
+        {"rate", rate},
+        {"warmup", warmup},
+        {"max_pairs", max_pairs},
+        {"washout", washout}};
+  }
+};
+// The schema's bound on one class's pairs.
+constexpr size_t kMaxPairsPerClass = 10000;
+
 struct RecordSettings {
   std::mutex mutex;
   std::string dir;
   std::string program;
   std::string activation;
-  // What the threading-cost measurement found (null when it is off).
-  nlohmann::json threading_cost;
+  MeasuredThreadingCost threading_cost;
   // The record's file name, fixed per process (recomputed after fork()).
   std::string file_name;
   pid_t file_pid = 0;
@@ -297,10 +352,10 @@ nlohmann::json make_record(
   const BackwardDeviceStats stats = backward_device_stats();
   if (stats.enabled || stats.passes() > 0) {
     r["pass_classes"] = {
-        {"cpu_only", stats.cpu_only},
-        {"single_accelerator", stats.single_accelerator},
-        {"accelerator_cpu", stats.accelerator_cpu},
-        {"multi_accelerator", stats.multi_accelerator}};
+        {kClassNames[0], stats.cpu_only},
+        {kClassNames[1], stats.single_accelerator},
+        {kClassNames[2], stats.accelerator_cpu},
+        {kClassNames[3], stats.multi_accelerator}};
   } else {
     r["pass_classes"] = nullptr;
   }
@@ -346,23 +401,69 @@ void set_record_activation(const char* how) noexcept {
   }
 }
 
-int set_record_threading_cost(const char* json_text) noexcept {
+void start_recording_threading_cost(
+    double rate,
+    uint64_t warmup,
+    uint64_t max_pairs,
+    uint64_t washout) noexcept {
   try {
-    nlohmann::json value = json_text != nullptr
-        ? nlohmann::json::parse(json_text)
-        : nlohmann::json(nullptr);
-    if (!value.is_object() && !value.is_null()) {
-      return -1;
-    }
+    std::lock_guard<std::mutex> lock(settings().mutex);
+    MeasuredThreadingCost& cost = settings().threading_cost;
+    cost = MeasuredThreadingCost();
+    cost.measuring = true;
+    cost.rate = rate;
+    cost.warmup = warmup;
+    cost.max_pairs = max_pairs;
+    cost.washout = washout;
+  } catch (...) {
+  }
+}
+
+int record_measured_pair(
+    int device_class,
+    uint64_t off_ns,
+    uint64_t on_ns) noexcept {
+  if (device_class < 0 || device_class >= kNumBackwardDeviceClasses ||
+      off_ns == 0 || on_ns == 0 || off_ns > uint64_t{INT64_MAX} ||
+      on_ns > uint64_t{INT64_MAX}) {
+    return -1;
+  }
+  try {
     {
       std::lock_guard<std::mutex> lock(settings().mutex);
-      settings().threading_cost = std::move(value);
+      MeasuredThreadingCost& cost = settings().threading_cost;
+      if (!cost.measuring ||
+          cost.pairs[device_class].size() >= kMaxPairsPerClass) {
+        return -1;
+      }
+      cost.pairs[device_class].emplace_back(off_ns, on_ns);
     }
     if (!record_armed.load(std::memory_order_acquire)) {
       return 0;
     }
     request_record_write(kRecordAtMeasurement);
     return 1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+int record_measurement_count(
+    MeasurementCount which,
+    const char* reason,
+    uint64_t count) noexcept {
+  if (reason == nullptr || count > uint64_t{INT64_MAX}) {
+    return -1;
+  }
+  try {
+    std::lock_guard<std::mutex> lock(settings().mutex);
+    MeasuredThreadingCost& cost = settings().threading_cost;
+    if (!cost.measuring) {
+      return -1;
+    }
+    (which == MeasurementCount::kNotSampled ? cost.not_sampled
+                                            : cost.discarded)[reason] = count;
+    return 0;
   } catch (...) {
     return -1;
   }
@@ -383,7 +484,7 @@ bool write_record_on_the_writer_thread(const char* occasion) noexcept {
       }
       program = settings().program;
       activation = settings().activation;
-      threading_cost = settings().threading_cost;
+      threading_cost = settings().threading_cost.to_json();
       if (settings().file_pid != getpid()) {
         settings().file_pid = getpid();
         settings().file_name = host_name() + "-" + std::to_string(getpid()) +

@@ -4,6 +4,7 @@
 // (python -m autograd_device_logging report DIR).
 
 #include <cstddef>
+#include <cstdint>
 
 namespace torch::autograd::device_logging::detail {
 
@@ -55,14 +56,32 @@ void set_report_dir(const char* dir) noexcept;
 void set_record_program(const char* program) noexcept;
 void set_record_activation(const char* how) noexcept;
 
-// What the threading-cost measurement found
-// (python/autograd_device_logging/threading_measurement.py), as a JSON object,
-// or nullptr for none: the record's `threading_cost`. The writer thread
-// writes the record again at once, so that a measured pair survives SIGKILL;
-// the measurement calls this after a pair, never during a pass, and at most
-// once per measured pair. 1 when the write was asked for, 0 when no
-// directory is set, -1 when `json` is not a JSON object.
-int set_record_threading_cost(const char* json) noexcept;
+// What the threading-cost measurement
+// (python/autograd_device_logging/threading_measurement.py) found, handed
+// over as it is measured: the record's `threading_cost`, which the library
+// writes like every other field (one writer). The measurement starts it with
+// its settings (which drops what an earlier start recorded), adds each pair
+// as it is measured, and sets its counts by reason. A pair asks the writer
+// thread for a write at once, so that it survives SIGKILL; the measurement
+// adds it after the pair, never during a pass. record_measured_pair returns 1
+// when the write was asked for, 0 when no directory is set, and -1 (nothing
+// kept) for an unknown class, a duration outside [1, 2^63), a class already
+// holding the schema's 10,000 pairs, or no measurement started;
+// record_measurement_count 0, or -1 likewise.
+void start_recording_threading_cost(
+    double rate,
+    uint64_t warmup,
+    uint64_t max_pairs,
+    uint64_t washout) noexcept;
+int record_measured_pair(
+    int device_class,
+    uint64_t off_ns,
+    uint64_t on_ns) noexcept;
+enum class MeasurementCount : int { kNotSampled = 0, kDiscarded = 1 };
+int record_measurement_count(
+    MeasurementCount which,
+    const char* reason,
+    uint64_t count) noexcept;
 
 // The job's name as the record gives it (Note [Which job a process belongs
 // to], process_record.cpp), into `out` (truncated to `size` bytes, NUL

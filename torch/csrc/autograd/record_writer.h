@@ -28,7 +28,7 @@ namespace torch::autograd::device_logging::detail {
 // The bounds, on storage that answers: a record is on disk within 1 s
 // (kRecordOnDiskWithin) of the first pass and of the first raising of an
 // event, so a process killed with SIGKILL after that leaves its events. The
-// measurement's pairs (set_record_threading_cost) reach the record the same
+// measurement's pairs (record_measured_pair) reach the record the same
 // way. At exit, and for an explicit write_process_record(), the calling
 // thread waits for the write at most kRecordWriteWaitLimit (2 s); past that
 // the process goes on (exits) without it, and the writer thread, which may
