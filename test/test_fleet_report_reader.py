@@ -158,29 +158,23 @@ def generated_fleet(seed, jobs):
     records, pid = [], 100
     for j in range(jobs):
         hosts = [f"node{j}-{h}" for h in range(rng.choice((1, 2)))]
-        for host in hosts:
+
+        def process(host, **fields):
+            nonlocal pid
             pid += 1
-            records.append(
-                synthetic_record(
-                    job=f"j-{j}",
-                    job_source="torchrun",
-                    host=host,
-                    pid=pid,
-                    role="agent",
-                    ran_backward=rng.random() < 0.5,
-                )
+            return synthetic_record(
+                job=f"j-{j}", job_source="torchrun", host=host, pid=pid, **fields
             )
+
+        for host in hosts:
+            records.append(process(host, role="agent", ran_backward=rng.random() < 0.5))
         for rank in range(rng.randint(2, 8)):
             host = hosts[rank % len(hosts)]
             for attempt in range(2 if rng.random() < 0.3 else 1):
-                pid += 1
                 events = [e for e in (MULTIDEVICE, GPU_CPU) if rng.random() < 0.4]
                 records.append(
-                    synthetic_record(
-                        job=f"j-{j}",
-                        job_source="torchrun",
-                        host=host,
-                        pid=pid,
+                    process(
+                        host,
                         start_time=f"2026-12-01T{9 + attempt:02d}:00:00Z",
                         role="rank",
                         rank=rank,
