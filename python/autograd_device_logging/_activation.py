@@ -124,11 +124,6 @@ def load_error() -> Optional[str]:
     return _load_error
 
 
-def pending() -> bool:
-    """Whether the library will load at the first import of torch."""
-    return _lib is None and _load_error is None and _pending_how is not None
-
-
 def _warn(message: str, prefix: str = "autograd_device_logging: ") -> None:
     """One line on stderr, attributed to this package; never raises, as it
     may run inside `import torch` (-W error turns warnings into exceptions)."""
