@@ -506,6 +506,10 @@ print("KEPT", pair(1, 10, 20), pair(1, 30, 40), pair(3, 5, 6), count(0, b"inside
                 + ON_ONE_DEVICE
                 + "for i in range(4):\n    one_pass()\n"
                 + "print(autograd_device_logging.status().threading_cost.classes)\n"
+                # Note [Children skip interpreter finalization]: the test
+                # accelerator's device thread can abort a normal exit.
+                + "autograd_device_logging.write_process_record()\n"
+                + EXIT_NOW
             )
         env = child_env(self.dir, **{k: v for k, v in EVERY_PASS.items() if k != MEASURE})
         env.pop(MEASURE, None)
