@@ -11,7 +11,8 @@ build-threading-cost/), then, for each model whose devices the machine has:
   sampled passes, one with multithreading off and one on (Note [Measuring the
   cost of single-threaded backward]); the estimate is the median over pairs
   of (off - on) / on per process, then over the processes, with the fleet
-  report's 95% bootstrap interval over the processes. Once
+  report's interval between order statistics of the processes (Note
+  [Intervals from order statistics]). Once
   with the default washout (each timed pass follows a pass of its own mode)
   and once without;
 - whole-run A/B: the same program, measurement off, run AB_RUNS times with
@@ -19,12 +20,15 @@ build-threading-cost/), then, for each model whose devices the machine has:
   (torch.autograd.set_multithreading_enabled), alternating, timing every
   backward the way the measurement times a sampled one (its devices
   synchronized before and after); the estimate is (median off - median on) /
-  median on over the runs' medians, with a 95% bootstrap interval over the
-  runs (scipy), since a run's own state moves all its steps together;
+  median on over the runs' medians, with an interval from the order
+  statistics of each mode's runs, since a run's own state moves all its steps
+  together;
 - the gradients of one step in each mode, compared bit for bit.
 
-The two estimates agree when their intervals overlap. The section it writes
-goes between the threading-cost markers of the output file.
+The verdict on the two methods is "differ", "agree" (within MARGIN points) or
+"inconclusive", at a stated level (Note [Comparing two methods] in
+python/autograd_device_logging/cost_statistics.py). The section it writes goes
+between the threading-cost markers of the output file.
 """
 
 import argparse
@@ -45,8 +49,11 @@ MARKER = "threading-cost"
 WARMUP = 20
 # Processes of the in-job method per washout; whole-run A/B: runs per mode,
 # alternating, and the steps of each.
-IN_JOB_PROCESSES = 4
-AB_RUNS = 4
+# At 8 and 8, the verdict holds at 97.7% (Note [Comparing two methods]).
+IN_JOB_PROCESSES = 8
+AB_RUNS = 8
+# The verdict "agree": both intervals within this many points.
+MARGIN = 5.0
 AB_STEPS = 100
 # The measurement's default (threading_measurement.Settings.washout).
 DEFAULT_WASHOUT = 1
@@ -196,28 +203,6 @@ def run_child(package, *args):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def ab_interval(off, on):
-    """The 95% bootstrap interval of the A/B estimate over the runs' medians:
-    a run's own state (its CPU cores, the GPU's clocks, the allocator) moves
-    a whole run's times together, so the runs, not the steps, are the
-    independent samples."""
-    import numpy as np
-    from scipy import stats
-
-    def percent(a, b, axis=-1):
-        return 100.0 * (np.median(a, axis=axis) - np.median(b, axis=axis)) / np.median(b, axis=axis)
-
-    result = stats.bootstrap(
-        (np.asarray(off, float), np.asarray(on, float)),
-        percent,
-        confidence_level=0.95,
-        n_resamples=1000,
-        method="percentile",
-        random_state=np.random.default_rng(0),
-    )
-    return [float(v) for v in result.confidence_interval]
-
-
 def fmt(value):
     return f"{value:+.1f}%"
 
@@ -231,16 +216,30 @@ def marker():
     return MARKER if not models else MARKER + "-" + "-".join(models)
 
 
-def measure(package, steps):
-    # The report's own summary, without importing the package (which would
-    # load the library into this process).
+def cost_statistics():
+    """The report's statistics, without importing the package (which would
+    load the library into this process)."""
     spec = importlib.util.spec_from_file_location(
-        "adl_fleet_report",
-        os.path.join(REPO, "python", "autograd_device_logging", "fleet_report.py"),
+        "adl_cost_statistics",
+        os.path.join(REPO, "python", "autograd_device_logging", "cost_statistics.py"),
     )
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
-    threading_cost_summary = report.threading_cost_summary
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def in_job_summary(stats, processes):
+    """The fleet report's summary of a job of these processes' pairs."""
+    cost = stats.ClassCost()
+    for pairs in processes:
+        if pairs:
+            offs, ons = zip(*pairs)
+            cost.add((*stats.process_value(offs, ons), len(pairs)), is_rank=False)
+    return cost.summary() if cost.pairs else None
+
+
+def measure(package, steps):
+    stats = cost_statistics()
     import torch
 
     gpus = torch.cuda.device_count()
@@ -264,16 +263,14 @@ def measure(package, steps):
                 for reason, n in found["discarded"].items():
                     discarded[reason] = discarded.get(reason, 0) + n
                 other_classes |= set(found["pairs"]) - {device_class}
-            cost = (threading_cost_summary({device_class: processes}) or {}).get(device_class)
+            cost = in_job_summary(stats, processes)
             if cost:
                 pooled = [p for pairs in processes for p in pairs]
                 cost["median_off_ms"] = statistics.median(p[0] for p in pooled) / 1e6
                 cost["median_on_ms"] = statistics.median(p[1] for p in pooled) / 1e6
-                # Each process alone, with the interval over its own pairs.
+                # Each process's own value (no interval: one unit).
                 cost["per_process"] = [
-                    threading_cost_summary({device_class: [pairs]})[device_class]
-                    for pairs in processes
-                    if pairs
+                    in_job_summary(stats, [pairs])["median_percent"] for pairs in processes if pairs
                 ]
             in_job[washout] = {
                 "cost": cost,
@@ -289,7 +286,7 @@ def measure(package, steps):
                 times[mode].append(statistics.median(steps_of_run))
         off, on = times[False], times[True]
         ab = 100.0 * (statistics.median(off) - statistics.median(on)) / statistics.median(on)
-        ab_low, ab_high = ab_interval(off, on)
+        interval = stats.ab_interval(off, on)
         grads = run_child(package, "grads", name)
         row = {
             "model": name,
@@ -298,7 +295,7 @@ def measure(package, steps):
             "in_job": in_job,
             "ab": {
                 "percent": ab,
-                "interval": [ab_low, ab_high],
+                "interval": interval,
                 "runs_per_mode": len(off),
                 "median_off_ms": statistics.median(off) / 1e6,
                 "median_on_ms": statistics.median(on) / 1e6,
@@ -307,11 +304,7 @@ def measure(package, steps):
         }
         for washout, found in in_job.items():
             cost = found["cost"]
-            if cost and cost["interval_percent"]:
-                low, high = cost["interval_percent"]
-                found["agree"] = low <= ab_high and ab_low <= high
-            else:
-                found["agree"] = None
+            found["verdict"] = stats.compare(cost and cost["interval"], interval, MARGIN)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
     return rows, skipped, gpus
@@ -328,15 +321,22 @@ def options():
     return out
 
 
-def _interval(values):
-    return f"[{fmt(values[0])}, {fmt(values[1])}]" if values else "n/a"
+def _interval(interval):
+    if not interval:
+        return "n/a"
+    low, high = interval["percent"]
+    return f"[{fmt(low)}, {fmt(high)}] {100 * interval['level']:.1f}%"
+
+
+def _verdict(found):
+    verdict, level = found["verdict"]
+    return f"{'**differ**' if verdict == 'differ' else verdict} ({100 * level:.1f}%)"
 
 
 def section(rows, skipped, steps):
     import torch
 
     names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
-    agree = {True: "yes", False: "**no**", None: "n/a"}
     lines = [
         f"<!-- {marker()} -->",
         f"## Measured {datetime.date.today().isoformat()}",
@@ -351,8 +351,9 @@ def section(rows, skipped, steps):
         f"whole-run A/B: {CONFIG['ab_runs']} runs per mode, alternating, {AB_STEPS} "
         f"steps each after {WARMUP} warm-up steps, the interval over the runs' medians",
         "",
-        "| model | class | in the job: single-threaded backward | 95% interval | pairs "
-        "| median on / off | whole-run A/B | 95% interval | median on / off | agree | gradients |",
+        "| model | class | in the job: single-threaded backward | interval, coverage | pairs "
+        "| median on / off | whole-run A/B | interval, coverage | median on / off "
+        f"| the methods (within {MARGIN:.0f} points) | gradients |",
         "| --- | --- | ---: | --- | ---: | --- | ---: | --- | --- | --- | --- |",
     ]
     for r in rows:
@@ -362,17 +363,18 @@ def section(rows, skipped, steps):
         lines.append(
             f"| {r['description']} | {r['class']} "
             f"| {fmt(cost['median_percent']) if cost else 'no pairs'} "
-            f"| {_interval(cost and cost['interval_percent'])} | {cost['pairs'] if cost else 0} "
+            f"| {_interval(cost and cost['interval'])} | {cost['pairs'] if cost else 0} "
             f"| {cost['median_on_ms']:.3f} / {cost['median_off_ms']:.3f} ms "
             f"| {fmt(ab['percent'])} | {_interval(ab['interval'])} "
-            f"| {ab['median_on_ms']:.3f} / {ab['median_off_ms']:.3f} ms | {agree[found['agree']]} "
+            f"| {ab['median_on_ms']:.3f} / {ab['median_off_ms']:.3f} ms | {_verdict(found)} "
             f"| {'bit-identical' if grads['identical'] else 'max abs difference %.3g' % grads['max_abs_difference']} |"
         )
     lines += [
         "",
         "In the job without washout (each timed pass may follow a pass of the other mode):",
         "",
-        "| model | single-threaded backward | 95% interval | pairs | median on / off | agrees with A/B |",
+        "| model | single-threaded backward | interval, coverage | pairs | median on / off "
+        "| against the A/B |",
         "| --- | ---: | --- | ---: | --- | --- |",
     ]
     for r in rows:
@@ -380,23 +382,19 @@ def section(rows, skipped, steps):
         cost = found["cost"]
         lines.append(
             f"| {r['description']} | {fmt(cost['median_percent']) if cost else 'no pairs'} "
-            f"| {_interval(cost and cost['interval_percent'])} | {cost['pairs'] if cost else 0} "
-            f"| {cost['median_on_ms']:.3f} / {cost['median_off_ms']:.3f} ms | {agree[found['agree']]} |"
+            f"| {_interval(cost and cost['interval'])} | {cost['pairs'] if cost else 0} "
+            f"| {cost['median_on_ms']:.3f} / {cost['median_off_ms']:.3f} ms | {_verdict(found)} |"
         )
     lines += [
         "",
-        "Each process of the in-job method alone (washout "
-        f"{DEFAULT_WASHOUT}), with the interval over its own pairs:",
+        "Each process of the in-job method alone (washout " f"{DEFAULT_WASHOUT}): its median pair",
         "",
-        "| model | per process: single-threaded backward [95% interval over its pairs] |",
+        "| model | per process: single-threaded backward |",
         "| --- | --- |",
     ]
     for r in rows:
         cost = r["in_job"][DEFAULT_WASHOUT]["cost"]
-        cells = [
-            f"{fmt(p['median_percent'])} {_interval(p['interval_percent'])}"
-            for p in (cost or {}).get("per_process", [])
-        ]
+        cells = [fmt(p) for p in (cost or {}).get("per_process", [])]
         lines.append(f"| {r['description']} | {'; '.join(cells) or 'no pairs'} |")
     lines.append("")
     for r in rows:
@@ -421,22 +419,22 @@ much slower each model's backward pass is with multithreading off
 thread) than with it on (each device's nodes on its device thread), measured
 by the library inside the job (pairs of sampled passes, `measure_threading()`)
 and by a whole-run A/B of the same program. Positive: single-threaded is
-slower. The methods agree when their 95% intervals overlap.
+slower.
 
-Both methods take the process (the run) as the sample. In the first runs of
-this script, the whole-run A/B took its interval over the steps of one run
-per mode, and the in-job method over the pairs of one process: the two
-disagreed on two of three models, and the same program measured in two
-processes differed by more than either process's own interval. A process's
-state (the cores it runs on, the GPU's clocks, its allocator) moves all of
-its passes together, so an interval over one process's passes says nothing
-of the next run. Now the in-job estimate is the median over processes of
-each one's median pair, with a bootstrap interval over the processes, as the
-fleet report computes it (Note [One process, one vote] in
-`python/autograd_device_logging/fleet_report.py`), and the A/B interval is
-over the runs' medians. The second table is the in-job method without the
-washout: there a timed pass may follow a pass of the other mode, which a
-whole run never does.
+Both methods take the process (the run) as the sample: a process's state (the
+cores its threads run on, the GPU's clocks, its allocator) moves all of its
+passes together, so an interval over one process's passes says nothing of the
+next run. The in-job estimate is the median over processes of each one's
+median pair, with the fleet report's interval between order statistics of the
+processes and its exact coverage (Notes [What an interval is over] and
+[Intervals from order statistics] in
+`python/autograd_device_logging/cost_statistics.py`); the A/B interval comes
+from the order statistics of each mode's runs. The verdict on the two methods
+is "differ", "agree" (both intervals within the margin) or "inconclusive",
+at the level both intervals hold together (Note [Comparing two methods]):
+overlapping intervals are not agreement. The second table is the in-job
+method without the washout: there a timed pass may follow a pass of the other
+mode, which a whole run never does.
 
 """
 

@@ -33,8 +33,8 @@ from test_autograd_device_logging import LIBRARY, PACKAGE_ROOT, require_built  #
 from test_fleet_report import (  # noqa: E402
     RECORD_SCHEMA,
     child_env,
-    fleet_report_module,
     known_values_outside_the_schema,
+    report_modules,
     synthetic_record,
 )
 
@@ -44,7 +44,7 @@ _HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="adl-hypothesis-")
 hypothesis.configuration.set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
 
-report_module = fleet_report_module()
+report = report_modules()
 MULTIDEVICE = "torch.autograd.multidevice_backward"
 GPU_CPU = "torch.autograd.gpu_cpu_backward"
 JSON = st.recursive(
@@ -139,12 +139,23 @@ def load_package_module(name):
     return module
 
 
-def accepted(record):
-    try:
-        report_module.parse_record(record)
-        return True
-    except report_module.Skip:
-        return False
+def read_both_ways(test, record):
+    """`record` read by the exact checks and, as bytes, by the decoder's fast
+    path where msgspec is installed (Note [Two ways to read a record]): the
+    same Record from both, or Skip from both. True when read."""
+    fields = report.record_fields
+    results = []
+    for read in (
+        lambda: fields.parse_record(record),
+        lambda: report.record_decoder.decode(json.dumps(record).encode()),
+    ):
+        try:
+            r = read()
+            results.append(tuple(getattr(r, name) for name in fields.Record.__slots__))
+        except fields.Skip:
+            results.append(None)
+    test.assertEqual(results[0], results[1], record)
+    return results[0] is not None
 
 
 def generated_fleet(seed, jobs):
@@ -276,13 +287,13 @@ class TestFleetReportReader(TestCase):
             os.remove(os.path.join(self.dir, name))
         with open(os.path.join(self.dir, "r.json"), "w") as f:
             json.dump(value, f)
-        result = report_module.summarize_directory(self.dir)
-        report_module.format_table(result)
+        result = report.fleet_report.summarize_directory(self.dir)
+        report.report_text.format_table(result)
         json.dumps(result)
         counted = sum(
             s["processes"] + sum(s["left_out"].values())
             for job, s in result["jobs"].items()
-            if job != report_module.ALL_JOBS
+            if job != report.fleet_totals.ALL_JOBS
         )
         self.assertEqual(counted + sum(result["skipped"].values()), 1)
 
@@ -291,7 +302,7 @@ class TestFleetReportReader(TestCase):
     def test_any_bytes_are_read_or_skipped(self, data):
         with open(os.path.join(self.dir, "r.json"), "wb") as f:
             f.write(data)
-        result = report_module.summarize_directory(self.dir)
+        result = report.fleet_report.summarize_directory(self.dir)
         self.assertEqual(sum(result["skipped"].values()) + len(result["jobs"]) // 2, 1)
 
     @hypothesis.settings(max_examples=1500, deadline=None, database=None)
@@ -299,55 +310,64 @@ class TestFleetReportReader(TestCase):
     def test_reader_accepts_exactly_what_the_schema_accepts(self, record):
         hypothesis.assume(record.get("schema") != 1 or isinstance(record.get("schema"), bool))
         valid = jsonschema.Draft202012Validator(RECORD_SCHEMA).is_valid(record)
-        self.assertEqual(accepted(record), valid, record)
+        self.assertEqual(read_both_ways(self, record), valid, record)
 
     @hypothesis.settings(max_examples=1000, deadline=None, database=None)
     @hypothesis.given(mutated_threading_costs())
     def test_reader_checks_the_threading_cost_as_the_schema_does(self, record):
         valid = jsonschema.Draft202012Validator(RECORD_SCHEMA).is_valid(record)
-        self.assertEqual(accepted(record), valid, record)
+        self.assertEqual(read_both_ways(self, record), valid, record)
 
-    def test_threading_cost_is_pooled_per_job_and_class(self):
+    def test_threading_cost_is_summarized_over_units_per_job_and_class(self):
         def cost(*pairs, device_class="single_accelerator"):
             return dict(THREADING_COST, pairs={device_class: [list(p) for p in pairs]})
 
         self.write(
-            # Job a: +20% and -10% in one process, +50% in another; one
-            # pair of accelerator_cpu, no interval.
+            # Job a: +20% and -10% in one process (+5%), +50% in another, and
+            # a run of two ranks at +10% and +30% (one unit, +20%); one pair
+            # of accelerator_cpu.
             synthetic_record(pid=1, job="a", threading_cost=cost((1200, 1000), (900, 1000))),
             synthetic_record(pid=2, job="a", threading_cost=cost((3000, 2000))),
+            synthetic_record(pid=7, job="a", role="rank", rank=0, threading_cost=cost((110, 100))),
+            synthetic_record(pid=8, job="a", role="rank", rank=1, threading_cost=cost((130, 100))),
             synthetic_record(
                 pid=3, job="a", threading_cost=cost((110, 100), device_class="accelerator_cpu")
             ),
-            # Job b: +100%, +100%; job c measured nothing.
+            # Job b: +100% in one process; job c measured nothing.
             synthetic_record(pid=4, job="b", threading_cost=cost((2000, 1000), (4000, 2000))),
             synthetic_record(pid=5, job="c", threading_cost=None),
             # Left out: a disabled library's pairs do not count.
             synthetic_record(pid=6, job="b", threading_cost=cost((1, 1000)), disabled_reason="x"),
         )
-        jobs = report_module.summarize_directory(self.dir)["jobs"]
-        # One process, one vote (Note [One process, one vote]): process 1's
-        # median is +5%, process 2's +50%.
-        a = jobs["a"]["threading_cost"]
-        self.assertEqual(a["single_accelerator"]["pairs"], 3)
-        self.assertEqual(a["single_accelerator"]["processes"], 2)
-        self.assertAlmostEqual(a["single_accelerator"]["median_percent"], 27.5)
-        self.assertAlmostEqual(a["single_accelerator"]["median_difference_ms"], 0.000525)
-        self.assertEqual(a["single_accelerator"]["interval_over"], "processes")
-        low, high = a["single_accelerator"]["interval_percent"]
-        self.assertTrue(5.0 <= low <= 27.5 <= high <= 50.0, (low, high))
-        self.assertEqual(a["accelerator_cpu"]["pairs"], 1)
-        self.assertIsNone(a["accelerator_cpu"]["interval_percent"])
+        jobs = report.fleet_report.summarize_directory(self.dir)["jobs"]
+        # Units (Note [What an interval is over]): +5%, +50% and the run's +20%.
+        a = jobs["a"]["threading_cost"]["single_accelerator"]
+        self.assertEqual((a["pairs"], a["processes"], a["ranks"]), (5, 4, 2))
+        self.assertEqual((a["units"], a["over"]), (3, "runs and processes"))
+        self.assertAlmostEqual(a["median_percent"], 20.0)
+        interval = a["interval"]
+        self.assertEqual(len(interval["percent"]), 2)
+        for got, want in zip(interval["percent"], [5.0, 50.0]):
+            self.assertAlmostEqual(got, want)
+        self.assertEqual((interval["level"], interval["meets_level"]), (0.75, False))
+        self.assertEqual((interval["units"], interval["over"]), (3, "runs and processes"))
+        one_pair = jobs["a"]["threading_cost"]["accelerator_cpu"]
+        self.assertEqual((one_pair["pairs"], one_pair["units"]), (1, 1))
+        self.assertIsNone(one_pair["interval"])
+        # One process has no interval: its pairs are not independent runs.
         b = jobs["b"]["threading_cost"]["single_accelerator"]
-        self.assertEqual(b["median_percent"], 100.0)
-        self.assertEqual((b["interval_percent"], b["interval_over"]), ([100.0, 100.0], "pairs"))
+        self.assertEqual((b["median_percent"], b["interval"], b["units"]), (100.0, None, 1))
         self.assertIsNone(jobs["c"]["threading_cost"])
-        everything = jobs[report_module.ALL_JOBS]["threading_cost"]["single_accelerator"]
-        self.assertEqual((everything["pairs"], everything["processes"]), (5, 3))
-        self.assertAlmostEqual(everything["median_percent"], 50.0)
-        # The table: jobs ordered by the estimate, all jobs last.
-        table = report_module.format_table(report_module.summarize_directory(self.dir))
-        rows = [l for l in table.splitlines() if re.search(r"\(\d+ pairs?\)", l)]
+        # All jobs: one vote per job, a's +20% and b's +100%.
+        everything = jobs[report.fleet_totals.ALL_JOBS]["threading_cost"]["single_accelerator"]
+        self.assertEqual((everything["pairs"], everything["processes"]), (7, 5))
+        self.assertEqual((everything["units"], everything["over"]), (2, "jobs"))
+        self.assertAlmostEqual(everything["median_percent"], 60.0)
+        self.assertEqual(everything["interval"]["level"], 0.5)
+        # The table: jobs ordered by the estimate, all jobs last; each
+        # estimate with its units, each interval with its coverage.
+        table = report.report_text.format_table(report.fleet_report.summarize_directory(self.dir))
+        rows = [l for l in table.splitlines() if re.search(r" ms$", l)]
         self.assertEqual(
             [r.split()[:2] for r in rows],
             [
@@ -358,9 +378,12 @@ class TestFleetReportReader(TestCase):
                 ["(all", "jobs)"],
             ],
         )
-        self.assertRegex(rows[0], r"\+100\.0% \(2 pairs\) +\[\+100\.0%, \+100\.0%\]\*")
-        self.assertIn("+10.0% (1 pair)", rows[2])
-        self.assertIn("n/a", rows[2])
+        self.assertRegex(rows[0], r"\+100\.0% +n/a +1 process ")
+        self.assertRegex(
+            rows[1],
+            r"\+20\.0% +\[\+5\.0%, \+50\.0%\] 75% \(range\) +1 run \(2 rank processes\) \+ 2 processes",
+        )
+        self.assertRegex(rows[3], r"\+60\.0% +\[\+20\.0%, \+100\.0%\] 50% \(range\) +2 jobs")
 
     def test_nesting_and_sizes_are_skipped(self):
         with open(os.path.join(self.dir, "deep.json"), "w") as f:
@@ -369,7 +392,7 @@ class TestFleetReportReader(TestCase):
             json.dump({**synthetic_record(), "program": "x" * (2 << 20)}, f)
         with open(os.path.join(self.dir, "digits.json"), "w") as f:
             f.write('{"schema": "2.0", "pid": ' + "9" * 5000 + "}")
-        result = report_module.summarize_directory(self.dir)
+        result = report.fleet_report.summarize_directory(self.dir)
         self.assertEqual(result["skipped"], {"too large": 1, "unreadable": 2})
 
     def test_denominator_is_processes_that_ran_backward(self):
@@ -386,7 +409,7 @@ class TestFleetReportReader(TestCase):
             synthetic_record(pid=9, role="rank", rank=1, events=[]),
             synthetic_record(pid=10, role="rank", rank=0, host="h2", events=[]),
         )
-        job = report_module.summarize_directory(self.dir)["jobs"]["j"]
+        job = report.fleet_report.summarize_directory(self.dir)["jobs"]["j"]
         self.assertEqual(job["processes"], 5)  # pids 1, 2; ranks (h, 0), (h, 1), (h2, 0)
         self.assertEqual(job["ranks"], 3)
         self.assertEqual(job["processes_with"], {"multidevice": 1, "gpu_cpu": 2})
@@ -398,7 +421,7 @@ class TestFleetReportReader(TestCase):
                 "torchrun agent": 1,
             },
         )
-        table = report_module.format_table(report_module.summarize_directory(self.dir))
+        table = report.report_text.format_table(report.fleet_report.summarize_directory(self.dir))
         self.assertRegex(
             table, r"\nj +5 +3 +1/5 \(20%\) +2/5 \(40%\) .* 1 agent, 1 no backward, 1 disabled"
         )
@@ -418,7 +441,7 @@ class TestFleetReportReader(TestCase):
             "disabled_reason": None,
         }
         self.write(first)
-        job = report_module.summarize_directory(self.dir)["jobs"]["old"]
+        job = report.fleet_report.summarize_directory(self.dir)["jobs"]["old"]
         self.assertEqual((job["processes"], job["processes_with"]["gpu_cpu"]), (1, 1))
 
     def test_filters(self):
@@ -447,11 +470,11 @@ class TestFleetReportReader(TestCase):
             with self.subTest(field=field):
                 record = synthetic_record(schema="2.9", **{field: new})
                 jsonschema.validate(record, RECORD_SCHEMA)
-                self.assertTrue(accepted(record))
+                self.assertTrue(read_both_ways(self, record))
                 shutil.rmtree(self.dir)
                 os.makedirs(self.dir)
                 self.write(record)
-                summary = report_module.summarize_directory(self.dir)
+                summary = report.fleet_report.summarize_directory(self.dir)
                 self.assertEqual(summary["skipped"], {})
                 # An unknown role counts as "other": a process, not a rank.
                 self.assertEqual(summary["jobs"]["j"]["processes"], 1)
@@ -467,7 +490,7 @@ class TestFleetReportReader(TestCase):
                 schema="2.9",
                 pid=3,
                 events=[event, MULTIDEVICE],
-                pass_classes={c: 1 for c in report_module.CLASSES} | {device_class: 5},
+                pass_classes={c: 1 for c in report.record_fields.CLASSES} | {device_class: 5},
                 threading_cost={
                     "pairs": {device_class: [[120, 100], [130, 100]]},
                     "not_sampled": {},
@@ -479,17 +502,17 @@ class TestFleetReportReader(TestCase):
         for record in records:
             jsonschema.validate(record, RECORD_SCHEMA)
         self.write(*records)
-        summary = report_module.summarize_directory(self.dir)
+        summary = report.fleet_report.summarize_directory(self.dir)
         self.assertEqual(summary["skipped"], {})
-        job, everything = summary["jobs"]["j"], summary["jobs"][report_module.ALL_JOBS]
+        job, everything = summary["jobs"]["j"], summary["jobs"][report.fleet_totals.ALL_JOBS]
         self.assertEqual(job["processes"], 2)
         self.assertEqual(job["processes_with"], {"multidevice": 1, "gpu_cpu": 1, event: 2})
         self.assertEqual(everything["processes_with"], {"multidevice": 1, "gpu_cpu": 2, event: 2})
         self.assertEqual(job["passes_per_class"][device_class], 5)
         self.assertEqual(everything["passes_per_class"][device_class], 5)
-        self.assertEqual(list(job["passes_per_class"])[:4], list(report_module.CLASSES))
+        self.assertEqual(list(job["passes_per_class"])[:4], list(report.record_fields.CLASSES))
         self.assertEqual(job["threading_cost"][device_class]["pairs"], 2)
-        table = report_module.format_table(summary)
+        table = report.report_text.format_table(summary)
         self.assertIn(f"event {event} (from a newer library): 2/3 processes", table)
         self.assertIn(f"class {device_class} (from a newer library): 5 passes", table)
 
@@ -499,8 +522,8 @@ class TestFleetReportReader(TestCase):
         properties = RECORD_SCHEMA["properties"]
         events = properties["events"]["items"]["examples"]
         classes = properties["pass_classes"]["anyOf"][0]["required"]
-        self.assertEqual(list(report_module.EVENTS), events)
-        self.assertEqual(list(report_module.CLASSES), classes)
+        self.assertEqual(list(report.record_fields.EVENTS), events)
+        self.assertEqual(list(report.record_fields.CLASSES), classes)
         cost = properties["threading_cost"]["anyOf"][1]["properties"]["pairs"]
         self.assertEqual(cost["propertyNames"]["examples"], classes)
         native = load_package_module("_native")
@@ -520,11 +543,11 @@ class TestFleetReportReader(TestCase):
         return duckdb.sql(query).fetchall()
 
     def report_counts(self):
-        jobs = report_module.summarize_directory(self.dir)["jobs"]
+        jobs = report.fleet_report.summarize_directory(self.dir)["jobs"]
         return [
             (j, s["processes"], s["processes_with"]["multidevice"], s["processes_with"]["gpu_cpu"])
             for j, s in sorted(jobs.items())
-            if j != report_module.ALL_JOBS
+            if j != report.fleet_totals.ALL_JOBS
         ]
 
     def test_duckdb_counts_the_same_on_a_healthy_fleet(self):
@@ -588,6 +611,101 @@ class TestFleetReportReader(TestCase):
         self.assertEqual(header[:8], b"\x89PNG\r\n\x1a\n")
         width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
         self.assertLess(width * height, 4000 * 4000)
+
+    def measured_fleet(self):
+        """generated_fleet's records, every second one with measured pairs
+        (whole-number floats in some, as the schema allows), beside files
+        that are skipped."""
+        records = generated_fleet(seed=11, jobs=12)
+        for i, r in enumerate(records[::2]):
+            pairs = [[1000 + 37 * ((i * 7 + j) % 11), 1000] for j in range(1 + i % 5)]
+            if i % 3 == 0:
+                pairs = [[float(off), float(on)] for off, on in pairs]
+            r["threading_cost"] = dict(THREADING_COST, pairs={"single_accelerator": pairs})
+        self.write(*records)
+        with open(os.path.join(self.dir, "broken.json"), "w") as f:
+            f.write("{")
+        os.symlink(os.path.join(self.dir, "r0.json"), os.path.join(self.dir, "link.json"))
+        return records
+
+    def test_reading_processes_give_the_same_report(self):
+        # Note [Reading a fleet in parallel]: the same report, to the byte,
+        # whether one process reads or several do.
+        self.measured_fleet()
+        outputs = []
+        for workers in ("1", "2", "5"):
+            proc = self.report(self.dir, "--json", "--workers", workers)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            outputs.append(proc.stdout)
+        self.assertEqual(outputs[0], outputs[1])
+        self.assertEqual(outputs[0], outputs[2])
+        result = json.loads(outputs[0])
+        self.assertEqual(result["skipped"], {"symbolic link": 1, "unreadable": 1})
+        self.assertIsNotNone(result["jobs"][report.fleet_totals.ALL_JOBS]["threading_cost"])
+        self.assertEqual(self.report(self.dir, "--workers", "0").returncode, 2)
+
+    def test_a_reading_process_that_dies_fails_the_report_without_waiting(self):
+        self.measured_fleet()
+        program = (
+            "import os, sys\n"
+            "from autograd_device_logging import fleet_report, record_reader\n"
+            "report, read = os.getpid(), record_reader.read_record\n"
+            "def read_record(*args):\n"
+            "    if os.getpid() != report:\n"
+            "        os._exit(3)  # a reading process, as if killed\n"
+            "    return read(*args)\n"
+            "record_reader.read_record = read_record\n"
+            "sys.exit(fleet_report.main(sys.argv[1:]))\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", program, self.dir, "--workers", "2"],
+            env=child_env(self.dir),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertEqual(proc.returncode, 1)
+        self.assertNotIn("Traceback", proc.stderr)
+        self.assertEqual(len(proc.stderr.splitlines()), 1, proc.stderr)
+        self.assertIn("a reading process ended with status 3", proc.stderr)
+        self.assertEqual(proc.stdout, "")
+
+    def test_progress_is_shown_on_a_terminal_and_only_there(self):
+        import pty
+
+        self.measured_fleet()
+        proc = self.report(self.dir, "--workers", "2")
+        self.assertEqual((proc.returncode, proc.stderr), (0, ""))
+        # The same on a terminal: progress on stderr, the table on stdout.
+        leader, follower = pty.openpty()
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "autograd_device_logging", "report", self.dir],
+                env=child_env(self.dir),
+                stdout=subprocess.PIPE,
+                stderr=follower,
+                timeout=300,
+            )
+            os.close(follower)
+            follower = None
+            shown = b""
+            while True:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:  # EIO: the terminal's last writer is gone
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+        finally:
+            os.close(leader)
+            if follower is not None:
+                os.close(follower)
+        self.assertEqual(proc.returncode, 0)
+        files = len([n for n in os.listdir(self.dir) if n.endswith(".json")])
+        self.assertRegex(shown.decode(), rf"reading records: +100%.*{files}/{files}")
+        self.assertIn("(all jobs)", proc.stdout.decode())
 
 
 if __name__ == "__main__":

@@ -38,6 +38,14 @@ def package_imports(tree):
                 if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
                     imported.add(alias.name)
                     aliases[alias.asname or alias.name.split(".")[0]] = alias.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 1:
+            # `from . import x` and `from .x import y`, inside the package.
+            if node.module:
+                imported.add(f"{PACKAGE}.{node.module}")
+            else:
+                for alias in node.names:
+                    imported.add(f"{PACKAGE}.{alias.name}")
+                    aliases[alias.asname or alias.name] = f"{PACKAGE}.{alias.name}"
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == PACKAGE:
                 for alias in node.names:
@@ -109,6 +117,34 @@ class TestPackageStructure(TestCase):
                             f"{name}:{node.lineno} assigns {target.value.id}.{target.attr}, "
                             f"an attribute of {aliases[target.value.id]}"
                         )
+
+    def test_the_report_imports_neither_torch_nor_the_library(self):
+        # The report runs offline, next to jobs or on a laptop: its modules
+        # import each other and nothing else of the package (whose __init__
+        # arranges the library's load), nor torch.
+        found = modules()
+        report = f"{PACKAGE}.fleet_report"
+        reached, todo = set(), [report]
+        while todo:
+            name = todo.pop()
+            if name in reached:
+                continue
+            reached.add(name)
+            imported, _ = package_imports(found[name])
+            self.assertNotIn(PACKAGE, imported, f"{name} imports the package")
+            todo += [m for m in imported if m in found]
+            for node in ast.walk(found[name]):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module]
+                for imported_name in names:
+                    self.assertNotEqual(imported_name.split(".")[0], "torch", name)
+        self.assertNotIn(f"{PACKAGE}._native", reached)
+        self.assertNotIn(f"{PACKAGE}._activation", reached)
+        self.assertIn(f"{PACKAGE}.record_fields", reached)  # the walk follows relative imports
+        self.assertIn(f"{PACKAGE}.cost_statistics", reached)
 
     def test_argv_is_read_only_in_main(self):
         for name, tree in modules().items():

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test: sets up the pinned venv, builds, checks the Python
 # formatting (black, isort), then runs the C++ tests
-# (ctest, one process per test case) and the Python tests (pytest), both
-# again on an ASan+UBSan build, and the concurrent cases on a TSan build
-# (tools/run_sanitizers.sh address, then thread). Then the oldest supported
-# torch release (2.0.1, its cached venv from tools/torch_matrix.py --venv):
-# build, ctest and pytest, no sanitizers, so that the oldest code paths
-# cannot rot. Last, it checks that the run wrote nothing into the checkout but
-# its build folders (build/, build-address/, build-thread/, build-oldest/).
+# (ctest, one process per test case) and the Python tests (pytest, over one
+# process per core with pytest-xdist), both again on an ASan+UBSan build, and
+# the concurrent cases on a TSan build (tools/run_sanitizers.sh address, then
+# thread). Then the oldest supported torch release (2.0.1, its cached venv
+# from tools/torch_matrix.py --venv): build, ctest and the Python suites that
+# run torch (those that read only source or records are the same on every
+# release), no sanitizers, so that the oldest code paths cannot rot. Last, it
+# checks that the run wrote nothing into the checkout but its build folders
+# (build/, build-address/, build-thread/, build-oldest/).
 #
 #   bash tools/run_tests.sh [PYTHON]
 #
@@ -35,6 +37,12 @@ if [ -z "$python" ]; then
   python="$venv/bin/python"
 fi
 build=$(bash "$repo/tools/build.sh" "$python") || { echo "build failed"; exit 1; }
+
+# The tests in parallel: one process per core, at most 8; a test class stays
+# in one process, so that what its setUpClass builds is built once.
+workers=$(nproc)
+[ "$workers" -gt 8 ] && workers=8
+export PYTEST_ADDOPTS="-n $workers --dist loadscope ${PYTEST_ADDOPTS:-}"
 
 status=0
 echo "== Python formatting (black, isort; configured in pyproject.toml)"
@@ -64,8 +72,13 @@ if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_OLDEST:-0}" != 1 ]; then
       AUTOGRAD_DEVICE_LOGGING_CMAKE_ARGS=-DAUTOGRAD_DEVICE_LOGGING_BUILD_BENCHMARKS=OFF \
       bash "$repo/tools/build.sh" "$old_venv/bin/python"); then
     (cd "$old_build" && ctest --output-on-failure --parallel "$(nproc)") || status=1
+    # Left out: the suites that read only source or records, which no torch
+    # release changes.
     AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$old_build" "$old_venv/bin/python" -m pytest -q -rs \
-      -p no:cacheprovider "$repo/test" || status=1
+      -p no:cacheprovider "$repo/test" \
+      --ignore="$repo/test/test_cost_statistics.py" \
+      --ignore="$repo/test/test_fleet_report_reader.py" \
+      --ignore="$repo/test/test_package_structure.py" || status=1
   else
     echo "torch $oldest: venv or build failed"
     status=1

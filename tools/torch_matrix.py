@@ -65,6 +65,7 @@ def venv_for(release, log):
                 f"torch=={release}\n{numpy_for(release)}\npytest==8.3.5\nexpecttest==0.3.0\n"
                 "matplotlib==3.9.4\nsetuptools>=70.1\n"
                 "hypothesis==6.122.3\njsonschema==4.23.0\nduckdb==1.1.3\nscipy==1.14.1\n"
+                "msgspec==0.19.0\ntqdm==4.67.1\npytest-xdist==3.6.1\n"
             )
         env = dict(os.environ, AUTOGRAD_DEVICE_LOGGING_REQUIREMENTS=requirements)
         existed = set(os.listdir(cache_dir())) if os.path.isdir(cache_dir()) else set()

@@ -45,7 +45,7 @@ namespace {
 // schema/process_record.schema.json is the record's one description, and the
 // vocabulary of its enumerated fields. A new field, or a new value of an
 // enumerated field, is a new minor version, which readers keep (Note [A newer
-// minor version adds fields and values], fleet_report.py); anything else (a
+// minor version adds fields and values], record_fields.py); anything else (a
 // field removed, renamed or given another meaning) is a new major one.
 constexpr const char* kRecordSchema = "2.1";
 

@@ -1,0 +1,256 @@
+"""The threading cost's statistics: a process's value from its pairs, a job's
+estimate over its independent units, and intervals of known coverage.
+
+Pure functions of numbers: no I/O, no state between calls, no third-party
+library, and nothing random (the same records give the same report).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from array import array
+from typing import Dict, List, Optional, Sequence, Tuple
+
+# The level the report asks of every interval.
+LEVEL = 0.95
+
+
+# Note [Intervals from order statistics]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# An estimate is the median of n independent units' values (Note [What an
+# interval is over]). For n independent draws from any continuous
+# distribution, the interval from the k-th smallest to the k-th largest draw
+# covers that distribution's median with probability exactly
+#   1 - 2 P(B <= k - 1),  B ~ Binomial(n, 1/2),
+# whatever the distribution: no resampling, no normal approximation. The
+# report takes the largest k whose coverage is at least 95% and states that
+# coverage, which is what the interval holds (96.9% for 6 units, 97.9% for 9,
+# closer to 95% as n grows). Below 6 units no k reaches 95%: the report then
+# gives the units' range [min, max], with its own exact coverage (50%, 75%,
+# 87.5% and 93.75% for 2 to 5 units), and says that it is below 95%. One unit
+# has no interval. test/test_cost_statistics.py shows by simulation, on 2,000
+# or more jobs for each n from 1 to 64, that every stated level holds within 2
+# points, and that a negative control (no true difference) covers 0 as often.
+# A percentile bootstrap of the median, which this replaced, is exactly
+# [min, max] for n <= 4 while calling it 95%: it covered 50% at n = 2.
+@functools.lru_cache(maxsize=1024)
+def order_statistic_interval(n: int, level: float = LEVEL) -> Optional[Tuple[int, float]]:
+    """(k, coverage): the interval [k-th smallest, k-th largest] of n units
+    and its exact coverage of their distribution's median; k is the largest
+    whose coverage is at least `level`, else 1 (the range). None for n < 2."""
+    if n < 2:
+        return None
+    # Binomial(n, 1/2)'s probabilities in floats through lgamma, so that n may
+    # be every job of a fleet.
+    log_all = n * math.log(2.0)
+    log_n = math.lgamma(n + 1)
+    tail = 0.0  # P(B <= k - 1)
+    k, coverage = 1, 1.0 - 2.0 * math.exp(-log_all)
+    for candidate in range(1, n // 2 + 1):
+        i = candidate - 1
+        tail += math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) - log_all)
+        c = 1.0 - 2.0 * tail
+        if c < level:
+            break
+        k, coverage = candidate, c
+    return k, coverage
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    middle = n // 2
+    return ordered[middle] if n % 2 else (ordered[middle - 1] + ordered[middle]) / 2.0
+
+
+def median_interval(values: Sequence[float], over: str, level: float = LEVEL) -> Optional[dict]:
+    """The interval of the median of independent `values` (Note [Intervals
+    from order statistics]): {"percent": [low, high], "level": its exact
+    coverage, "meets_level": level reached, "units": n, "over": `over`}; None
+    for fewer than two values."""
+    n = len(values)
+    found = order_statistic_interval(n, level)
+    if found is None:
+        return None
+    k, coverage = found
+    ordered = sorted(values)
+    return {
+        "percent": [ordered[k - 1], ordered[n - k]],
+        "level": coverage,
+        "meets_level": coverage >= level,
+        "units": n,
+        "over": over,
+    }
+
+
+def process_value(offs: Sequence[int], ons: Sequence[int]) -> Tuple[float, float]:
+    """A process's value from its measured pairs, `offs[i]` ns with
+    multithreading off and `ons[i]` ns with it on: the median of
+    (off - on) / on in percent, and the median of off - on in ns."""
+    differences = list(map(operator.sub, offs, ons))
+    ratios = sorted(map(operator.truediv, differences, ons))
+    differences.sort()
+    n = len(ratios)
+    m = n // 2
+    if n % 2:
+        return 100.0 * ratios[m], float(differences[m])
+    return 50.0 * (ratios[m - 1] + ratios[m]), (differences[m - 1] + differences[m]) / 2.0
+
+
+# Note [What an interval is over]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# An interval is over independent units, and the report names them:
+# - A process that is not a rank is one unit: the median over its pairs of
+#   (off - on) / on. Its state (the cores its threads run on, the GPU's
+#   clocks) moves all of its pairs together, so its pairs are not the sample:
+#   a process alone has no interval.
+# - The ranks of a job are one unit, one run: the median of their values.
+#   They share the measurement's seed (they sample the same passes in the
+#   same modes, Note [Measuring the cost of single-threaded backward]) and
+#   wait for each other at every all-reduce, so they do not vary
+#   independently. A job is one run of its ranks (its name is the run's:
+#   Note [Which job a process belongs to], process_record.cpp); a restarted
+#   rank stays in it.
+# - A job's estimate is the median over its units, with the interval over
+#   them; `(all jobs)` gives each job one vote: the median of the jobs'
+#   estimates, with the interval over jobs, so a job of many processes does
+#   not outvote one of few.
+class ClassCost:
+    """What one job's processes found for one device class: each unit's
+    value kept as a float, never the pairs."""
+
+    __slots__ = ("rank_values", "process_values", "differences", "pairs")
+
+    def __init__(self):
+        self.rank_values = array("d")
+        self.process_values = array("d")
+        self.differences = array("d")
+        self.pairs = 0
+
+    def add(self, value: Tuple[float, float, int], is_rank: bool) -> None:
+        percent, difference, pairs = value
+        (self.rank_values if is_rank else self.process_values).append(percent)
+        self.differences.append(difference)
+        self.pairs += pairs
+
+    def merge(self, other: "ClassCost") -> None:
+        self.rank_values.extend(other.rank_values)
+        self.process_values.extend(other.process_values)
+        self.differences.extend(other.differences)
+        self.pairs += other.pairs
+
+    def units(self) -> List[float]:
+        values = list(self.process_values)
+        if self.rank_values:
+            values.append(median(self.rank_values))
+        return values
+
+    def over(self) -> str:
+        runs = 1 if self.rank_values else 0
+        processes = len(self.process_values)
+        if runs and processes:
+            return "runs and processes"
+        return "runs" if runs else "processes"
+
+    def summary(self) -> dict:
+        units = self.units()
+        return {
+            "median_percent": median(units),
+            "interval": median_interval(units, self.over()),
+            "units": len(units),
+            "over": self.over(),
+            "processes": len(self.differences),
+            "ranks": len(self.rank_values),
+            "pairs": self.pairs,
+            "median_difference_ms": median(self.differences) / 1e6,
+        }
+
+
+def summaries_of(costs: Dict[str, ClassCost], classes: Sequence[str]) -> Optional[dict]:
+    """Per class (the known ones in `classes` order, then any other by name),
+    its summary; None when nothing was measured."""
+    known = [c for c in classes if c in costs]
+    out = {c: costs[c].summary() for c in known + sorted(set(costs) - set(known))}
+    return out or None
+
+
+def over_jobs(job_summaries: List[dict], classes: Sequence[str]) -> Optional[dict]:
+    """Per class, one vote per job: the median of the jobs' estimates, the
+    interval over jobs, and the totals."""
+    per_class: Dict[str, List[dict]] = {}
+    for summary in job_summaries:
+        for device_class, cost in (summary or {}).items():
+            per_class.setdefault(device_class, []).append(cost)
+    known = [c for c in classes if c in per_class]
+    out = {}
+    for device_class in known + sorted(set(per_class) - set(known)):
+        costs = per_class[device_class]
+        estimates = [c["median_percent"] for c in costs]
+        out[device_class] = {
+            "median_percent": median(estimates),
+            "interval": median_interval(estimates, "jobs"),
+            "units": len(estimates),
+            "over": "jobs",
+            "processes": sum(c["processes"] for c in costs),
+            "ranks": sum(c["ranks"] for c in costs),
+            "pairs": sum(c["pairs"] for c in costs),
+            "median_difference_ms": median([c["median_difference_ms"] for c in costs]),
+        }
+    return out or None
+
+
+# Note [Comparing two methods]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# benchmarks/threading_cost.py measures the cost twice: in the job (the
+# median over processes of each one's median pair ratio) and by a whole-run
+# A/B (the ratio of the median run of each mode). The two estimate different
+# things, so they are compared through intervals that each cover their own
+# target at a stated level: the in-job one over processes, and the A/B one
+# from the order-statistic intervals of the two modes' median runs, which
+# together cover (off - on) / on at no less than the sum of their levels
+# less 1. With both intervals holding, at no less than the sum of the two
+# levels less 1:
+# - "differ": the intervals do not overlap, so the targets differ;
+# - "agree": the two intervals fit within `margin` points, so the targets
+#   are within `margin` of each other;
+# - otherwise "inconclusive": the data cannot say. Overlapping intervals are
+#   not agreement: at 4 processes and 4 runs they overlap for most 20-point
+#   gaps. test/test_cost_statistics.py simulates how often each verdict comes
+#   at the benchmark's size for gaps of 0, 10 and 20 points.
+def ab_interval(off: Sequence[float], on: Sequence[float]) -> Optional[dict]:
+    """The interval of (median(off) - median(on)) / median(on) in percent,
+    from each mode's runs (Note [Comparing two methods]); None with fewer
+    than two runs in a mode."""
+    found_off, found_on = order_statistic_interval(len(off)), order_statistic_interval(len(on))
+    if found_off is None or found_on is None:
+        return None
+    k_off, level_off = found_off
+    k_on, level_on = found_on
+    off, on = sorted(off), sorted(on)
+    off_low, off_high = off[k_off - 1], off[len(off) - k_off]
+    on_low, on_high = on[k_on - 1], on[len(on) - k_on]
+    level = level_off + level_on - 1.0
+    return {
+        "percent": [100.0 * (off_low - on_high) / on_high, 100.0 * (off_high - on_low) / on_low],
+        "level": level,
+        "meets_level": level >= LEVEL,
+        "units": len(off) + len(on),
+        "over": "runs",
+    }
+
+
+def compare(first: Optional[dict], second: Optional[dict], margin: float) -> Tuple[str, float]:
+    """The verdict on two intervals (Note [Comparing two methods]): "differ",
+    "agree" (within `margin` points) or "inconclusive", and the level it holds
+    at; ("inconclusive", 0.0) when either interval is missing."""
+    if first is None or second is None:
+        return "inconclusive", 0.0
+    level = max(0.0, first["level"] + second["level"] - 1.0)
+    (low1, high1), (low2, high2) = first["percent"], second["percent"]
+    if high1 < low2 or high2 < low1:
+        return "differ", level
+    if max(high1, high2) - min(low1, low2) <= margin:
+        return "agree", level
+    return "inconclusive", level

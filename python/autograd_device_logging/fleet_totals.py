@@ -1,0 +1,255 @@
+"""The fleet report's counts: records in, one summary per job and over all
+jobs out. Everything lives in one FleetTotals, made per report: nothing
+outlives the call that made it."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Dict, List, Optional
+
+from .cost_statistics import ClassCost, over_jobs, summaries_of
+from .record_fields import CLASSES, EVENT_BITS, EVENT_MASK, EVENTS, Record
+
+ALL_JOBS = "(all jobs)"
+
+
+class JobTotals:
+    """One job's counts, kept as the records stream by."""
+
+    __slots__ = (
+        "ranks",
+        "others",
+        "others_with",
+        "passes",
+        "counting",
+        "torch",
+        "left_out",
+        "costs",
+        "others_by_name",
+    )
+
+    def __init__(self):
+        # "host\0rank" -> events | release number << 2: a restarted rank
+        # counts once, with the union of its events and its last release.
+        # One short string and one small int per rank keep a million ranks
+        # in the report's memory target.
+        self.ranks: Dict[str, int] = {}
+        self.others = 0
+        self.others_with = [0] * len(EVENTS)
+        self.passes = [0] * len(CLASSES)
+        self.counting = 0
+        self.torch: Counter = Counter()
+        self.left_out: Counter = Counter()
+        # class -> what the job's processes measured.
+        self.costs: Dict[str, ClassCost] = {}
+        # What only records of a newer minor version hold (Note [A newer
+        # minor version adds fields and values], record_reader.py), made when
+        # first needed: {"rank events": {rank key: {event}}, "events":
+        # Counter of the other processes' events, "passes": Counter of passes
+        # per class}.
+        self.others_by_name: Optional[dict] = None
+
+    def _by_name(self) -> dict:
+        if self.others_by_name is None:
+            self.others_by_name = {"rank events": {}, "events": Counter(), "passes": Counter()}
+        return self.others_by_name
+
+    def add(self, r: Record, release: int) -> bool:
+        """Counts `r`, whose torch is release number `release`; True when it
+        is a process other than a rank."""
+        if r.role == "agent":
+            self.left_out["torchrun agent"] += 1
+            return False
+        if r.disabled_reason:
+            self.left_out["disabled: " + r.disabled_reason] += 1
+            return False
+        if not r.ran_backward:
+            self.left_out["no backward pass"] += 1
+            return False
+        is_rank = r.role == "rank" and r.rank is not None
+        if r.threading_cost:
+            for device_class, value in r.threading_cost.items():
+                cost = self.costs.get(device_class)
+                if cost is None:
+                    cost = self.costs[device_class] = ClassCost()
+                cost.add(value, is_rank)
+        if r.pass_classes is not None:
+            self.counting += 1
+            passes = self.passes
+            for i, n in enumerate(r.pass_classes):
+                passes[i] += n
+            if r.other_classes:
+                self._by_name()["passes"].update(r.other_classes)
+        if is_rank:
+            key = f"{r.host}\0{r.rank}"
+            state = self.ranks.get(key, 0)
+            self.ranks[key] = (state & EVENT_MASK | r.events) | release << 2
+            if r.other_events:
+                self._by_name()["rank events"].setdefault(key, set()).update(r.other_events)
+            return False
+        self.others += 1
+        if r.other_events:
+            self._by_name()["events"].update(r.other_events)
+        for i, bit in enumerate(EVENT_BITS.values()):
+            self.others_with[i] += bool(r.events & bit)
+        self.torch[r.torch] += 1
+        return True
+
+    def ranks_by_release(self, names: List[str]) -> Dict[str, List[int]]:
+        """{torch release: [ranks, with each event]}, each rank under the
+        release of its last record."""
+        out: Dict[str, List[int]] = defaultdict(lambda: [0] * (1 + len(EVENTS)))
+        for state in self.ranks.values():
+            row = out[names[state >> 2]]
+            row[0] += 1
+            for i, bit in enumerate(EVENT_BITS.values()):
+                row[1 + i] += bool(state & bit)
+        return out
+
+    def summary(self, names: List[str]) -> dict:
+        processes = self.others + len(self.ranks)
+        with_event = list(self.others_with)
+        torch = Counter(self.torch)
+        for state in self.ranks.values():
+            torch[names[state >> 2]] += 1
+            for i, bit in enumerate(EVENT_BITS.values()):
+                with_event[i] += bool(state & bit)
+        processes_with = dict(zip(EVENTS.values(), with_event))
+        passes = dict(zip(CLASSES, self.passes)) if self.counting else None
+        if self.others_by_name is not None:
+            by_name = self.others_by_name
+            events = Counter(by_name["events"])
+            for names_of_rank in by_name["rank events"].values():
+                events.update(names_of_rank)
+            processes_with.update(sorted(events.items()))
+            if passes is not None:
+                passes.update(sorted(by_name["passes"].items()))
+        return {
+            "processes": processes,
+            "ranks": len(self.ranks),
+            "processes_with": processes_with,
+            "passes_per_class": passes,
+            "processes_counting_passes": self.counting,
+            "torch": sorted(torch),
+            "left_out": dict(sorted(self.left_out.items())),
+            "threading_cost": summaries_of(self.costs, CLASSES),
+        }
+
+
+class FleetTotals:
+    """A report's counts: per job, per torch release, and what was skipped or
+    filtered out."""
+
+    def __init__(
+        self,
+        since: Optional[str] = None,
+        until: Optional[str] = None,
+        jobs: Optional[List[str]] = None,
+    ):
+        self.since, self.until = since, until
+        self.wanted = set(jobs) if jobs else None
+        self.filtering = bool(since or until or self.wanted is not None)
+        self.jobs: Dict[str, JobTotals] = defaultdict(JobTotals)
+        # Torch releases by number, so that a rank's state is one small int.
+        self.release_numbers: Dict[str, int] = {}
+        self.release_names: List[str] = []
+        # Per torch release, the processes that are not ranks (ranks are
+        # kept with their job, restarts folded): [processes, with each event].
+        self.other_releases: Dict[str, List[int]] = defaultdict(lambda: [0] * (1 + len(EVENTS)))
+        self.skipped: Counter = Counter()
+        self.filtered = 0
+
+    def _release(self, name: str) -> int:
+        number = self.release_numbers.get(name)
+        if number is None:
+            number = self.release_numbers[name] = len(self.release_names)
+            self.release_names.append(name)
+        return number
+
+    def add(self, r: Record) -> None:
+        if self.filtering and self._filtered_out(r):
+            self.filtered += 1
+            return
+        release = self.release_numbers.get(r.torch)
+        if release is None:
+            release = self._release(r.torch)
+        if self.jobs[r.job].add(r, release):
+            row = self.other_releases[r.torch]
+            row[0] += 1
+            for i, bit in enumerate(EVENT_BITS.values()):
+                row[1 + i] += bool(r.events & bit)
+
+    def _filtered_out(self, r: Record) -> bool:
+        since, until = self.since, self.until
+        return (self.wanted is not None and r.job not in self.wanted) or bool(
+            (since or until)
+            and (
+                r.start_time is None
+                or (since is not None and r.start_time < since)
+                or (until is not None and r.start_time > until)
+            )
+        )
+
+    def report(self) -> dict:
+        """{"jobs": {job: summary}, "releases": {torch: counts}, "skipped":
+        {reason: n}, "filtered": n}; the per-job counts are spent making it."""
+        names = self.release_names
+        summaries = {}
+        releases: Dict[str, List[int]] = defaultdict(lambda: [0] * (1 + len(EVENTS)))
+        # Each job's counts go as its summary is made, so that the two are
+        # never all held at once: a report is made once, at the end.
+        while self.jobs:
+            job, t = self.jobs.popitem()
+            summaries[job] = t.summary(names)
+            for release, row in t.ranks_by_release(names).items():
+                releases[release] = [a + b for a, b in zip(releases[release], row)]
+        for release, row in self.other_releases.items():
+            releases[release] = [a + b for a, b in zip(releases[release], row)]
+        if summaries:
+            everything = _sum_of(list(summaries.values()))
+            everything["threading_cost"] = over_jobs(
+                [s["threading_cost"] for s in summaries.values()], CLASSES
+            )
+            summaries[ALL_JOBS] = everything
+        return {
+            "jobs": summaries,
+            "releases": {
+                release: {
+                    "processes": row[0],
+                    "processes_with": dict(zip(EVENTS.values(), row[1:])),
+                }
+                for release, row in sorted(releases.items())
+            },
+            "skipped": dict(sorted(self.skipped.items())),
+            "filtered": self.filtered,
+        }
+
+
+def _sum_of(summaries: List[dict]) -> dict:
+    counting = sum(s["processes_counting_passes"] for s in summaries)
+    left_out: Counter = Counter()
+    for s in summaries:
+        left_out.update(s["left_out"])
+    return {
+        "processes": sum(s["processes"] for s in summaries),
+        "ranks": sum(s["ranks"] for s in summaries),
+        "processes_with": _summed(s["processes_with"] for s in summaries),
+        "passes_per_class": (
+            _summed(s["passes_per_class"] or dict.fromkeys(CLASSES, 0) for s in summaries)
+            if counting
+            else None
+        ),
+        "processes_counting_passes": counting,
+        "torch": sorted({t for s in summaries for t in s["torch"]}),
+        "left_out": dict(sorted(left_out.items())),
+    }
+
+
+def _summed(counts) -> Dict[str, int]:
+    """The sum of dicts of counts, in the order their keys first appear (the
+    known names first, as each dict has them first)."""
+    out: Dict[str, int] = {}
+    for one in counts:
+        for name, n in one.items():
+            out[name] = out.get(name, 0) + n
+    return out

@@ -1,0 +1,123 @@
+"""A record's bytes to a Record: msgspec's typed decoding where it is
+installed, record_fields' exact checks otherwise and whenever it refuses.
+
+Note [Two ways to read a record]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+record_fields.parse_record checks a parsed record against the schema in
+Python. It is exact (test_fleet_report_reader.py holds it to jsonschema on
+random records), but a record with 64 measured pairs costs it about 25 us,
+most of the report's time on a large fleet. Where msgspec is installed,
+decode() first decodes the bytes straight into the typed `_Record` below,
+which checks types and bounds in C while it parses. That path accepts a
+subset of what the schema accepts: the records as the library writes them,
+every count a JSON integer and every field of its type. It builds the same
+Record through the same helpers. Anything it refuses (a whole-number float
+where a count is, the first format, a newer major version, a file that is
+not JSON) goes to the exact path, which decides and names the reason. So
+both accept the same files, and the tests run every record through both.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Dict, List, Optional, Tuple
+
+from .cost_statistics import process_value
+from .record_fields import (
+    MAX_COUNT,
+    MAX_PAIRS,
+    READABLE_SCHEMA,
+    START_TIME,
+    Record,
+    events_of,
+    parse_record,
+    pass_classes_of,
+)
+
+try:
+    import msgspec
+except ImportError:
+    msgspec = None
+
+
+def _exact(data) -> Record:
+    return parse_record(json.loads(bytes(data).decode("utf-8")))
+
+
+if msgspec is None:
+    decode = _exact
+else:
+    _Meta = msgspec.Meta
+    _Count = Annotated[int, _Meta(ge=0, le=MAX_COUNT)]
+    _Duration = Annotated[int, _Meta(ge=1, le=MAX_COUNT)]
+
+    class _Torch(msgspec.Struct):
+        running: str
+        built_for: str = ""
+
+    class _ThreadingCost(msgspec.Struct):
+        pairs: Dict[str, Annotated[List[Tuple[_Duration, _Duration]], _Meta(max_length=MAX_PAIRS)]]
+        not_sampled: Dict[str, _Count]
+        discarded: Dict[str, _Count]
+        rate: Annotated[float, _Meta(ge=0, le=1)] = 0.0
+        warmup: _Count = 0
+        max_pairs: _Count = 0
+        washout: _Count = 0
+
+    class _Record(msgspec.Struct):
+        # What record_fields.parse_record checks, as types; the fields it does
+        # not read are not declared, so they are not read here either.
+        schema: Annotated[str, _Meta(pattern=READABLE_SCHEMA.pattern)]
+        host: str
+        pid: _Count
+        start_time: Annotated[str, _Meta(pattern=START_TIME.pattern)]
+        program: str
+        job: Annotated[str, _Meta(min_length=1)]
+        job_source: str
+        role: str
+        rank: Optional[_Count]
+        torch: _Torch
+        events: List[str]
+        events_logged_by: str
+        ran_backward: bool
+        passes_classified: _Count
+        disabled_reason: Optional[str]
+        pass_classes: Optional[Dict[str, _Count]]
+        threading_cost: Optional[_ThreadingCost] = None
+        time: str = ""
+        library_version: str = ""
+        activated_by: str = ""
+        written_at: str = ""
+        accelerators: dict = msgspec.field(default_factory=dict)
+
+    _decoder = msgspec.json.Decoder(_Record)
+    _refused = (msgspec.ValidationError, msgspec.DecodeError)
+
+    def decode(data) -> Record:
+        """The Record in `data`, any bytes-like object (Note [Two ways to
+        read a record]); raises
+        record_fields.Skip, or ValueError or RecursionError for bytes that
+        are not JSON."""
+        try:
+            d = _decoder.decode(data)
+        except _refused:
+            return _exact(data)
+        r = Record()
+        r.host, r.job, r.role, r.rank = d.host, d.job, d.role, d.rank
+        r.start_time = d.start_time[:19]
+        r.torch = d.torch.running
+        r.events, r.other_events = events_of(d.events)
+        r.ran_backward = d.ran_backward
+        r.pass_classes, r.other_classes = pass_classes_of(d.pass_classes)
+        r.disabled_reason = d.disabled_reason
+        cost = d.threading_cost
+        if cost is None:
+            r.threading_cost = None
+        else:
+            values: Dict[str, Tuple[float, float, int]] = {}
+            for device_class, pairs in cost.pairs.items():
+                if pairs:
+                    offs, ons = zip(*pairs)
+                    values[device_class] = (*process_value(offs, ons), len(pairs))
+            r.threading_cost = values
+        return r
