@@ -207,13 +207,14 @@ def fmt(value):
     return f"{value:+.1f}%"
 
 
-CONFIG = {"in_job_processes": IN_JOB_PROCESSES, "ab_runs": AB_RUNS, "models": None}
+CONFIG = {"in_job_processes": IN_JOB_PROCESSES, "ab_runs": AB_RUNS, "models": None, "label": None}
 
 
 def marker():
     """The section's marker: one for the full run, one per subset of models."""
     models = CONFIG["models"]
-    return MARKER if not models else MARKER + "-" + "-".join(models)
+    name = MARKER if not models else MARKER + "-" + "-".join(models)
+    return name + ("-" + CONFIG["label"] if CONFIG["label"] else "")
 
 
 def cost_statistics():
@@ -318,6 +319,8 @@ def options():
         out += f" --in-job-processes {CONFIG['in_job_processes']}"
     if CONFIG["ab_runs"] != AB_RUNS:
         out += f" --ab-runs {CONFIG['ab_runs']}"
+    if CONFIG["label"]:
+        out += f" --label {CONFIG['label']}"
     return out
 
 
@@ -326,6 +329,14 @@ def _interval(interval):
         return "n/a"
     low, high = interval["percent"]
     return f"[{fmt(low)}, {fmt(high)}] {100 * interval['level']:.1f}%"
+
+
+def _affinity():
+    """The cores this process (and the children it starts) may run on."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) == os.cpu_count():
+        return f"all {len(cores)} cores"
+    return f"{len(cores)} of {os.cpu_count()} cores ({', '.join(map(str, cores))})"
 
 
 def _verdict(found):
@@ -344,6 +355,7 @@ def section(rows, skipped, steps):
         f"- machine: {torch.cuda.device_count()} x {', '.join(names)}, {os.cpu_count()} CPU cores, "
         f"{platform.machine()}",
         f"- torch {torch.__version__} (CUDA {torch.version.cuda}), Python {platform.python_version()}",
+        f"- CPU affinity of every process: {_affinity()}",
         f"- command: `python3 benchmarks/threading_cost.py --steps {steps}{options()}`",
         f"- in the job: {CONFIG['in_job_processes']} processes of {steps} steps, rate 0.5, warm-up {WARMUP}, "
         f"washout {DEFAULT_WASHOUT} "
@@ -455,9 +467,17 @@ def main():
     )
     parser.add_argument("--in-job-processes", type=int, default=IN_JOB_PROCESSES)
     parser.add_argument("--ab-runs", type=int, default=AB_RUNS, help="runs per mode")
+    parser.add_argument(
+        "--label", help="a name for the section, for a run under other conditions (taskset -c 5)"
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    CONFIG.update(models=args.models, in_job_processes=args.in_job_processes, ab_runs=args.ab_runs)
+    CONFIG.update(
+        models=args.models,
+        in_job_processes=args.in_job_processes,
+        ab_runs=args.ab_runs,
+        label=args.label,
+    )
     if args.child:
         kind, name, *rest = args.child
         if kind == "in-job":
