@@ -51,6 +51,29 @@ start = time.monotonic()
 ((a.to(d0)).sum() + a.to(d1).sum().to(d0)).backward()
 print("PASSES", time.monotonic() - start, flush=True)
 """
+# Before a child that ends normally starts to exit: waits (at most 30 s) until
+# every autograd device thread is named, which the engine does after the
+# thread's first hold of the GIL (PythonEngine::thread_init, then
+# Engine::thread_init). A device thread still starting when Python finalizes
+# aborts the process in stock PyTorch (Note [Children skip interpreter
+# finalization] in test_autograd_device_logging.py); a test of what happens at
+# exit cannot skip finalization, so it waits for that startup instead.
+DEVICE_THREADS_STARTED = """
+import os as _os, time as _time
+def _named():
+    names = set()
+    for tid in _os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.add(f.read().strip())
+        except OSError:
+            pass
+    return names
+_wanted = {f"pt_autograd_{i}" for i in range(max(2, torch.cuda.device_count()))}
+_deadline = _time.monotonic() + 30
+while not _wanted <= _named() and _time.monotonic() < _deadline:
+    _time.sleep(0.01)
+"""
 # A first pass, then a pass that raises an event, each followed by a line on
 # stdout and a wait for a line on stdin: the test acts in between.
 IN_PHASES = """
@@ -304,7 +327,10 @@ class TestProcessRecord(TestCase):
             [
                 sys.executable,
                 "-c",
-                WITH_TEST_ACCELERATOR + TIMED_PASSES + "print('EXITING', flush=True)\n",
+                WITH_TEST_ACCELERATOR
+                + TIMED_PASSES
+                + DEVICE_THREADS_STARTED
+                + "print('EXITING', flush=True)\n",
             ],
             env=self.env_of(LD_PRELOAD=STALL_FSYNC_LIBRARY, ADL_TEST_STALL_FSYNC_SECONDS="600"),
             stdout=subprocess.PIPE,
