@@ -234,8 +234,7 @@ def in_job_summary(stats, processes):
     cost = stats.ClassCost()
     for pairs in processes:
         if pairs:
-            offs, ons = zip(*pairs)
-            cost.add((*stats.process_value(offs, ons), len(pairs)), is_rank=False)
+            cost.add((*stats.process_value(pairs), len(pairs)), is_rank=False)
     return cost.summary() if cost.pairs else None
 
 

@@ -113,9 +113,7 @@ class TestCostStatistics(TestCase):
                 for scale in rng.lognormal(16, 0.5, size=n):
                     m = int(rng.integers(1, 65))
                     durations = (scale * rng.lognormal(0, 0.1, size=(2, m))).astype(np.int64) + 1
-                    values.append(
-                        stats.process_value(durations[0].tolist(), durations[1].tolist())[0]
-                    )
+                    values.append(stats.process_value(durations.T.tolist())[0])
                 interval = stats.median_interval(values, "processes")
                 low, high = interval["percent"]
                 covered += low <= 0 <= high
@@ -127,11 +125,10 @@ class TestCostStatistics(TestCase):
             )
 
     def test_a_process_value_is_the_median_over_its_pairs(self):
-        offs, ons = [110, 300, 90], [100, 200, 100]
-        percent, difference = stats.process_value(offs, ons)
+        percent, difference = stats.process_value([(110, 100), (300, 200), (90, 100)])
         self.assertAlmostEqual(percent, 10.0)  # of +10%, +50%, -10%
         self.assertEqual(difference, 10.0)  # of 10, 100, -10
-        percent, difference = stats.process_value([110, 150], [100, 100])
+        percent, difference = stats.process_value([[110, 100], [150, 100]])
         self.assertAlmostEqual(percent, 30.0)
         self.assertEqual(difference, 30.0)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from array import array
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -85,13 +84,12 @@ def median_interval(values: Sequence[float], over: str, level: float = LEVEL) ->
     }
 
 
-def process_value(offs: Sequence[int], ons: Sequence[int]) -> Tuple[float, float]:
-    """A process's value from its measured pairs, `offs[i]` ns with
-    multithreading off and `ons[i]` ns with it on: the median of
-    (off - on) / on in percent, and the median of off - on in ns."""
-    differences = list(map(operator.sub, offs, ons))
-    ratios = sorted(map(operator.truediv, differences, ons))
-    differences.sort()
+def process_value(pairs: Sequence[Sequence[int]]) -> Tuple[float, float]:
+    """A process's value from its measured pairs (off, on) of durations in
+    ns, with multithreading off and on: the median of (off - on) / on in
+    percent, and the median of off - on in ns."""
+    ratios = sorted([(off - on) / on for off, on in pairs])
+    differences = sorted([off - on for off, on in pairs])
     n = len(ratios)
     m = n // 2
     if n % 2:

@@ -98,22 +98,24 @@ class JobTotals:
     def ranks_by_release(self, names: List[str]) -> Dict[str, List[int]]:
         """{torch release: [ranks, with each event]}, each rank under the
         release of its last record."""
-        out: Dict[str, List[int]] = defaultdict(lambda: [0] * (1 + len(EVENTS)))
-        for state in self.ranks.values():
+        out: Dict[str, List[int]] = defaultdict(_release_row)
+        # A rank's state takes few values: count them once, in C.
+        for state, ranks in Counter(self.ranks.values()).items():
             row = out[names[state >> 2]]
-            row[0] += 1
+            row[0] += ranks
             for i, bit in enumerate(EVENT_BITS.values()):
-                row[1 + i] += bool(state & bit)
+                if state & bit:
+                    row[1 + i] += ranks
         return out
 
-    def summary(self, names: List[str]) -> dict:
+    def summary(self, by_release: Dict[str, List[int]]) -> dict:
+        """The job's summary; `by_release` is ranks_by_release(names)."""
         processes = self.others + len(self.ranks)
         with_event = list(self.others_with)
         torch = Counter(self.torch)
-        for state in self.ranks.values():
-            torch[names[state >> 2]] += 1
-            for i, bit in enumerate(EVENT_BITS.values()):
-                with_event[i] += bool(state & bit)
+        for release, row in by_release.items():
+            torch[release] += row[0]
+            with_event = [a + b for a, b in zip(with_event, row[1:])]
         processes_with = dict(zip(EVENTS.values(), with_event))
         passes = dict(zip(CLASSES, self.passes)) if self.counting else None
         if self.others_by_name is not None:
@@ -155,7 +157,7 @@ class FleetTotals:
         self.release_names: List[str] = []
         # Per torch release, the processes that are not ranks (ranks are
         # kept with their job, restarts folded): [processes, with each event].
-        self.other_releases: Dict[str, List[int]] = defaultdict(lambda: [0] * (1 + len(EVENTS)))
+        self.other_releases: Dict[str, List[int]] = defaultdict(_release_row)
         self.skipped: Counter = Counter()
         self.filtered = 0
 
@@ -195,13 +197,14 @@ class FleetTotals:
         {reason: n}, "filtered": n}; the per-job counts are spent making it."""
         names = self.release_names
         summaries = {}
-        releases: Dict[str, List[int]] = defaultdict(lambda: [0] * (1 + len(EVENTS)))
+        releases: Dict[str, List[int]] = defaultdict(_release_row)
         # Each job's counts go as its summary is made, so that the two are
         # never all held at once: a report is made once, at the end.
         while self.jobs:
             job, t = self.jobs.popitem()
-            summaries[job] = t.summary(names)
-            for release, row in t.ranks_by_release(names).items():
+            by_release = t.ranks_by_release(names)
+            summaries[job] = t.summary(by_release)
+            for release, row in by_release.items():
                 releases[release] = [a + b for a, b in zip(releases[release], row)]
         for release, row in self.other_releases.items():
             releases[release] = [a + b for a, b in zip(releases[release], row)]
@@ -223,6 +226,11 @@ class FleetTotals:
             "skipped": dict(sorted(self.skipped.items())),
             "filtered": self.filtered,
         }
+
+
+def _release_row() -> List[int]:
+    """A torch release's [processes, with each event]."""
+    return [0] * (1 + len(EVENTS))
 
 
 def _sum_of(summaries: List[dict]) -> dict:

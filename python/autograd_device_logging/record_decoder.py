@@ -117,7 +117,6 @@ else:
             values: Dict[str, Tuple[float, float, int]] = {}
             for device_class, pairs in cost.pairs.items():
                 if pairs:
-                    offs, ons = zip(*pairs)
-                    values[device_class] = (*process_value(offs, ons), len(pairs))
+                    values[device_class] = (*process_value(pairs), len(pairs))
             r.threading_cost = values
         return r

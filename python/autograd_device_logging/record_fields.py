@@ -93,14 +93,14 @@ def pass_classes_of(value) -> Tuple[Optional[Tuple[int, ...]], Optional[Dict[str
     return known, others
 
 
-def _durations(measured) -> Tuple[Sequence[int], Sequence[int]]:
-    """`measured`'s pairs as two lists, off_ns and on_ns, each a count of the
-    schema's from 1. The common case (lists of two ints) is checked in C
-    loops: a record's pairs are most of what the report reads."""
+def _pairs(measured) -> Sequence[Sequence[int]]:
+    """`measured`'s pairs (off_ns, on_ns), each a count of the schema's from
+    1. The common case (lists of two ints) is checked in C loops: a record's
+    pairs are most of what the report reads."""
     if type(measured) is not list or len(measured) > MAX_PAIRS:
         raise Skip("bad field: threading_cost")
     if not measured:
-        return (), ()
+        return measured
     if set(map(type, measured)) == _LIST and set(map(len, measured)) == _TWO:
         offs, ons = zip(*measured)
         if set(map(type, offs)) == _INT and set(map(type, ons)) == _INT:
@@ -110,19 +110,21 @@ def _durations(measured) -> Tuple[Sequence[int], Sequence[int]]:
                 and max(offs) <= MAX_COUNT
                 and max(ons) <= MAX_COUNT
             ):
-                return offs, ons
+                return measured
             raise Skip("bad field: threading_cost")
-    offs, ons = [], []
+    pairs = []
     for pair in measured:
         if type(pair) is not list or len(pair) != 2:
             raise Skip("bad field: threading_cost")
-        for v, out in zip(pair, (offs, ons)):
+        checked = []
+        for v in pair:
             if type(v) is float and v.is_integer():
                 v = int(v)
             if type(v) is not int or not 1 <= v <= MAX_COUNT:
                 raise Skip("bad field: threading_cost")
-            out.append(v)
-    return offs, ons
+            checked.append(v)
+        pairs.append(checked)
+    return pairs
 
 
 _LIST, _TWO, _INT = {list}, {2}, {int}
@@ -154,9 +156,9 @@ def _threading_cost(value) -> Optional[Dict[str, Tuple[float, float, int]]]:
         raise Skip("bad field: threading_cost")
     out = {}
     for device_class, measured in pairs.items():
-        offs, ons = _durations(measured)
-        if offs:
-            out[device_class] = (*process_value(offs, ons), len(offs))
+        pairs = _pairs(measured)
+        if pairs:
+            out[device_class] = (*process_value(pairs), len(pairs))
     return out
 
 
