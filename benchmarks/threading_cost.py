@@ -1,6 +1,7 @@
 """What single-threaded backward costs on real GPUs, measured two ways.
 
     python3 benchmarks/threading_cost.py [--steps N] [--output docs/threading-cost.md]
+    python3 benchmarks/threading_cost.py --placements --models M ...
 
 Runs on a machine with NVIDIA GPUs, against the torch of this interpreter.
 Builds the library into $AUTOGRAD_DEVICE_LOGGING_BUILD_DIR (default
@@ -25,6 +26,13 @@ build-threading-cost/), then, for each model whose devices the machine has:
   together;
 - the gradients of one step in each mode, compared bit for bit.
 
+With --placements, only the in-job method, once per placement of the
+processes: free (this process's CPUs), on one CPU and on two (each child's
+affinity set before it starts, so that every thread it starts inherits it).
+For each: the estimate and its interval, the spread of the processes' own
+values, and where the records say the threads ran (Note [Where the measured
+threads ran], torch/csrc/autograd/thread_placement.h).
+
 The verdict on the two methods is "differ", "agree" (within MARGIN points) or
 "inconclusive", at a stated level (Note [Comparing two methods] in
 python/autograd_device_logging/cost_statistics.py). The section it writes goes
@@ -40,6 +48,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import doc_sections
@@ -143,6 +152,8 @@ def child_in_job(name, steps, washout):
     status = adl.status()
     assert status.active and not status.disabled_reason, status
     record = adl.threading_measurement.sampler().record_fields()
+    if os.environ.get("AUTOGRAD_DEVICE_LOGGING_REPORT_DIR"):
+        adl.write_process_record()
     print(json.dumps({"pairs": record["pairs"], "discarded": record["discarded"]}))
 
 
@@ -189,14 +200,21 @@ def child_grads(name):
 # -- the parent ---------------------------------------------------------------
 
 
-def run_child(package, *args):
+def run_child(package, *args, cpus=None, report_dir=None):
+    """The child's last line, as JSON; the child on `cpus` where given (set
+    before it starts, so every thread it starts inherits it), writing its
+    record into `report_dir` where given."""
     env = dict(os.environ, PYTHONPATH=package + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("AUTOGRAD_DEVICE_LOGGING_REPORT_DIR", None)
+    if report_dir:
+        env["AUTOGRAD_DEVICE_LOGGING_REPORT_DIR"] = report_dir
     out = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--child", *args],
         env=env,
         capture_output=True,
         text=True,
         check=False,
+        preexec_fn=None if cpus is None else (lambda: os.sched_setaffinity(0, cpus)),
     )
     if out.returncode != 0:
         sys.exit(f"child {args} failed:\n{out.stderr[-3000:]}")
@@ -207,13 +225,21 @@ def fmt(value):
     return f"{value:+.1f}%"
 
 
-CONFIG = {"in_job_processes": IN_JOB_PROCESSES, "ab_runs": AB_RUNS, "models": None, "label": None}
+CONFIG = {
+    "in_job_processes": IN_JOB_PROCESSES,
+    "ab_runs": AB_RUNS,
+    "models": None,
+    "label": None,
+    "placements": False,
+}
 
 
 def marker():
     """The section's marker: one for the full run, one per subset of models."""
     models = CONFIG["models"]
     name = MARKER if not models else MARKER + "-" + "-".join(models)
+    if CONFIG["placements"]:
+        name += "-placements"
     return name + ("-" + CONFIG["label"] if CONFIG["label"] else "")
 
 
@@ -310,6 +336,132 @@ def measure(package, steps):
     return rows, skipped, gpus
 
 
+def placements():
+    """(name, CPUs or None for this process's own) of each placement."""
+    cores = sorted(os.sched_getaffinity(0))
+    out = [("free", None), ("one CPU", {cores[-1]})]
+    if len(cores) > 2:
+        out.append(("two CPUs", set(cores[-2:])))
+    return out
+
+
+def measure_placements(package, steps):
+    """Per model and placement, the in-job estimate and where the records
+    say the threads ran."""
+    stats = cost_statistics()
+    rows = []
+    for name, (needed, description) in MODELS.items():
+        if name not in (CONFIG["models"] or ["single_accelerator_launch_bound"]):
+            continue
+        device_class = name.replace("_launch_bound", "")
+        for placement, cpus in placements():
+            print(f"== {name}, {placement}", file=sys.stderr)
+            processes, seen = [], {}
+            with tempfile.TemporaryDirectory() as records:
+                for _ in range(CONFIG["in_job_processes"]):
+                    found = run_child(
+                        package,
+                        "in-job",
+                        name,
+                        str(steps),
+                        str(DEFAULT_WASHOUT),
+                        cpus=cpus,
+                        report_dir=records,
+                    )
+                    processes.append([tuple(p) for p in found["pairs"].get(device_class, [])])
+                keys = set()
+                for file_name in os.listdir(records):
+                    if not file_name.endswith(".json"):
+                        continue
+                    with open(os.path.join(records, file_name)) as f:
+                        where = json.load(f)["threading_cost"]["placement"]
+                    for thread, found in where["threads"].items():
+                        seen.setdefault(thread, set()).update(cpu_set(found["ran_on"]))
+                    allowed = set()
+                    for thread in where["threads"].values():
+                        allowed |= cpu_set(thread["affinity"])
+                    keys.add(
+                        ",".join(map(str, sorted(allowed)))
+                        + (f", quota {where['cpu_quota']:g}" if where["cpu_quota"] else "")
+                    )
+            cost = in_job_summary(stats, processes)
+            values = [in_job_summary(stats, [p])["median_percent"] for p in processes if p]
+            rows.append(
+                {
+                    "model": name,
+                    "description": description,
+                    "placement": placement,
+                    "cpus": cpus,
+                    "cost": cost,
+                    "values": values,
+                    "seen": {t: sorted(c) for t, c in seen.items()},
+                    "keys": sorted(keys),
+                }
+            )
+            print(json.dumps(rows[-1], default=sorted), file=sys.stderr)
+    return rows
+
+
+def cpu_set(text):
+    out = set()
+    for part in filter(None, text.split(",")):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
+
+
+def placement_section(rows, steps):
+    import torch
+
+    names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
+    lines = [
+        f"<!-- {marker()} -->",
+        f"## Where the threads ran, measured {datetime.date.today().isoformat()}",
+        "",
+        f"- machine: {torch.cuda.device_count()} x {', '.join(names)}, {os.cpu_count()} CPU cores, "
+        f"{platform.machine()}",
+        f"- torch {torch.__version__} (CUDA {torch.version.cuda}), Python {platform.python_version()}",
+        f"- command: `python3 benchmarks/threading_cost.py --steps {steps}{options()}`",
+        f"- in the job: {CONFIG['in_job_processes']} processes of {steps} steps per placement, "
+        f"rate 0.5, warm-up {WARMUP}, washout {DEFAULT_WASHOUT}; free: {_affinity()}",
+        "",
+        "| model | placement | the threads' affinity (records) | single-threaded backward | interval, coverage "
+        "| processes: lowest, highest | spread | CPUs each thread was seen on (records) |",
+        "| --- | --- | --- | ---: | --- | --- | ---: | --- |",
+    ]
+    for r in rows:
+        cost, values = r["cost"], r["values"]
+        where = "; ".join(f"{t}: {','.join(map(str, c))}" for t, c in sorted(r["seen"].items()))
+        lines.append(
+            f"| {r['description']} | {r['placement']}"
+            + (f" ({','.join(map(str, sorted(r['cpus'])))})" if r["cpus"] else "")
+            + f" | {'; '.join(r['keys'])} "
+            f"| {fmt(cost['median_percent']) if cost else 'no pairs'} "
+            f"| {_interval(cost and cost['interval'])} "
+            f"| {fmt(min(values))}, {fmt(max(values))} | {max(values) - min(values):.1f} points "
+            f"| {where} |"
+        )
+    lines.append("")
+    for model in dict.fromkeys(r["model"] for r in rows):
+        of = {r["placement"]: r for r in rows if r["model"] == model}
+        if "free" not in of or "one CPU" not in of:
+            continue
+        free, one = (max(of[p]["values"]) - min(of[p]["values"]) for p in ("free", "one CPU"))
+        lines.append(
+            f"- {model}: the processes' values spread over {free:.1f} points free and "
+            f"{one:.1f} on one CPU: "
+            + (
+                "pinning narrowed the spread, as the figures this section re-measures said "
+                "(where the threads run moves the estimate)."
+                if one < free / 2
+                else "pinning did not halve the spread: these figures do not confirm that "
+                "where the threads run is what moves the estimate."
+            )
+        )
+    lines.append(f"<!-- /{marker()} -->")
+    return "\n".join(lines) + "\n"
+
+
 def options():
     out = ""
     if CONFIG["models"]:
@@ -320,6 +472,8 @@ def options():
         out += f" --ab-runs {CONFIG['ab_runs']}"
     if CONFIG["label"]:
         out += f" --label {CONFIG['label']}"
+    if CONFIG["placements"]:
+        out += " --placements"
     return out
 
 
@@ -469,6 +623,11 @@ def main():
     parser.add_argument(
         "--label", help="a name for the section, for a run under other conditions (taskset -c 5)"
     )
+    parser.add_argument(
+        "--placements",
+        action="store_true",
+        help="the in-job method free, on one CPU and on two, into a section of its own",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     CONFIG.update(
@@ -476,6 +635,7 @@ def main():
         in_job_processes=args.in_job_processes,
         ab_runs=args.ab_runs,
         label=args.label,
+        placements=args.placements,
     )
     if args.child:
         kind, name, *rest = args.child
@@ -491,8 +651,11 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA device")
     package = build_library()
-    rows, skipped, _ = measure(package, args.steps)
-    write(args.output, section(rows, skipped, args.steps))
+    if args.placements:
+        write(args.output, placement_section(measure_placements(package, args.steps), args.steps))
+    else:
+        rows, skipped, _ = measure(package, args.steps)
+        write(args.output, section(rows, skipped, args.steps))
     print(open(args.output).read())
 
 

@@ -40,6 +40,7 @@ C_TYPES = {
     "double": ctypes.c_double,
     "unsigned": ctypes.c_uint,
     "uint64_t": ctypes.c_uint64,
+    "int64_t": ctypes.c_int64,
     "size_t": ctypes.c_size_t,
     "const char*": ctypes.c_char_p,
     "char*": ctypes.c_char_p,

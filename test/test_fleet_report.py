@@ -144,6 +144,7 @@ REPORT_MODULES = (
     "fleet_totals",
     "cost_statistics",
     "report_text",
+    "report_plot",
     "fleet_report",
 )
 
@@ -251,7 +252,7 @@ class TestFleetReport(TestCase):
         self.assertEqual(len(records), len(plan))
         self.assertEqual(len({r["pid"] for r in records}), len(plan))
         for r in records:
-            self.assertEqual(r["schema"], "2.1")
+            self.assertEqual(r["schema"], "2.2")
             self.assertEqual(r["accelerators"], {"testaccel": 2})
             self.assertEqual(r["activated_by"], "by import")
             self.assertEqual(r["job_source"], "AUTOGRAD_DEVICE_LOGGING_JOB")

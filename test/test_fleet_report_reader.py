@@ -128,6 +128,51 @@ def mutated_threading_costs():
     )
 
 
+# Where the measured threads ran (schema 2.2) and plausible wrong values of
+# its parts.
+PLACEMENT = {
+    "threads": {
+        "calling": {"affinity": "0-3", "ran_on": "2"},
+        "pt_autograd_0": {"affinity": "0-3,8", "ran_on": "1,3"},
+    },
+    "cpu_quota": 2.5,
+    "intra_op_threads": 4,
+}
+WRONG_PLACEMENT_VALUES = (
+    [None, 0, -1, -2, 0.0, 1.5, 2.0, True, "x", "", "0-3", "3-", "0,,1", "0-3\n", [], {}]
+    + [{"calling": {"affinity": "0"}}, {"calling": {"affinity": "x", "ran_on": ""}}]
+    + [{"calling": {"affinity": "0", "ran_on": 1}}, {"calling": "0"}, {"a": {}}]
+    + [{"calling": {"affinity": "5-2", "ran_on": "", "other": 1}}, float("nan"), float("inf")]
+)
+WRONG_PLACEMENT_PARTS = st.sampled_from(WRONG_PLACEMENT_VALUES)
+
+
+def mutated_placements():
+    """Valid schema 2.2 records whose placement has parts deleted or replaced
+    by plausible wrong values, or is wrong itself."""
+    return st.builds(
+        lambda changes, dropped, whole: synthetic_record(
+            schema="2.2",
+            threading_cost={
+                **THREADING_COST,
+                "placement": (
+                    whole
+                    if whole is not None
+                    else {
+                        **{k: v for k, v in PLACEMENT.items() if k not in dropped},
+                        **changes,
+                    }
+                ),
+            },
+        ),
+        st.dictionaries(
+            st.sampled_from(sorted(PLACEMENT) + ["other"]), WRONG_PLACEMENT_PARTS, max_size=2
+        ),
+        st.sets(st.sampled_from(sorted(PLACEMENT)), max_size=1),
+        st.one_of(st.none(), st.none(), st.none(), WRONG_PLACEMENT_PARTS),
+    )
+
+
 def load_package_module(name):
     """One module of the package, by its file, without importing the package
     (which would load the library into this process)."""
@@ -139,20 +184,29 @@ def load_package_module(name):
     return module
 
 
+def schema_accepts(record):
+    """Whether `record`, written as JSON, is valid under the schema. A record
+    that holds NaN or an infinity cannot be written as JSON (Python's json
+    writes them, JSON has no such values), so it is no record."""
+    try:
+        json.dumps(record, allow_nan=False)
+    except ValueError:
+        return False
+    return jsonschema.Draft202012Validator(RECORD_SCHEMA).is_valid(record)
+
+
 def read_both_ways(test, record):
     """`record` read by the exact checks and, as bytes, by the decoder's fast
     path where msgspec is installed (Note [Two ways to read a record]): the
     same Record from both, or Skip from both. True when read."""
     fields = report.record_fields
     results = []
-    for read in (
-        lambda: fields.parse_record(record),
-        lambda: report.record_decoder.decode(json.dumps(record).encode()),
-    ):
+    data = json.dumps(record).encode()
+    for read in (report.record_decoder.decode_exactly, report.record_decoder.decode):
         try:
-            r = read()
+            r = read(data)
             results.append(tuple(getattr(r, name) for name in fields.Record.__slots__))
-        except fields.Skip:
+        except (fields.Skip, ValueError):
             results.append(None)
     test.assertEqual(results[0], results[1], record)
     return results[0] is not None
@@ -309,19 +363,87 @@ class TestFleetReportReader(TestCase):
     @hypothesis.given(mutated_records())
     def test_reader_accepts_exactly_what_the_schema_accepts(self, record):
         hypothesis.assume(record.get("schema") != 1 or isinstance(record.get("schema"), bool))
-        valid = jsonschema.Draft202012Validator(RECORD_SCHEMA).is_valid(record)
-        self.assertEqual(read_both_ways(self, record), valid, record)
+        self.assertEqual(read_both_ways(self, record), schema_accepts(record), record)
 
     @hypothesis.settings(max_examples=1000, deadline=None, database=None)
     @hypothesis.given(mutated_threading_costs())
     def test_reader_checks_the_threading_cost_as_the_schema_does(self, record):
-        valid = jsonschema.Draft202012Validator(RECORD_SCHEMA).is_valid(record)
-        self.assertEqual(read_both_ways(self, record), valid, record)
+        self.assertEqual(read_both_ways(self, record), schema_accepts(record), record)
 
-    def test_threading_cost_is_summarized_over_units_per_job_and_class(self):
+    @hypothesis.given(mutated_placements())
+    def test_reader_checks_the_placement_as_the_schema_does(self, record):
+        self.assertEqual(read_both_ways(self, record), schema_accepts(record), record)
+
+    def test_each_wrong_part_of_a_placement_is_read_as_the_schema_says(self):
+        # Every wrong value in every part, and in every field of a thread:
+        # what hypothesis samples above, exhaustively.
+        wrong = WRONG_PLACEMENT_VALUES
+        cases = [dict(PLACEMENT, **{part: value}) for part in PLACEMENT for value in wrong]
+        for field in ("affinity", "ran_on"):
+            for value in wrong:
+                thread = dict(PLACEMENT["threads"]["calling"], **{field: value})
+                cases.append(dict(PLACEMENT, threads={"calling": thread}))
+        for placement in cases:
+            record = synthetic_record(
+                schema="2.2", threading_cost=dict(THREADING_COST, placement=placement)
+            )
+            self.assertEqual(read_both_ways(self, record), schema_accepts(record), placement)
+
+    def test_placement_keys_group_processes_pinned_alike(self):
+        key = report.record_fields.placement_key
+        self.assertEqual(key(["5", "5"], None), "1 CPU")
+        self.assertEqual(key(["0-3", "2-5,8"], None), "7 CPUs")
+        self.assertEqual(key(["0-63"], 4.0), "64 CPUs, quota 4")
+        self.assertEqual(key(["0-1000000000"], None), "1000000001 CPUs")  # no set built
+        self.assertEqual(key([], 0.5), "0 CPUs, quota 0.5")
+
+    def test_by_placement_splits_a_jobs_cost_by_where_its_threads_ran(self):
+        def measured(pid, pairs, affinity):
+            placement = dict(
+                PLACEMENT,
+                threads={"calling": {"affinity": affinity, "ran_on": affinity.split("-")[0]}},
+            )
+            return synthetic_record(
+                pid=pid,
+                job="a",
+                schema="2.2",
+                threading_cost=dict(
+                    THREADING_COST, pairs={"single_accelerator": pairs}, placement=placement
+                ),
+            )
+
+        self.write(
+            measured(1, [[110, 100]], "5"),
+            measured(2, [[130, 100]], "5"),
+            measured(3, [[200, 100]], "0-15"),
+            # 2.1: no placement.
+            synthetic_record(pid=4, job="a", threading_cost=THREADING_COST),
+        )
+        plain = report.fleet_report.summarize_directory(self.dir)["jobs"]["a"]["threading_cost"]
+        self.assertEqual(list(plain), ["single_accelerator"])
+        self.assertEqual(plain["single_accelerator"]["units"], 4)
+        split = report.fleet_report.summarize_directory(self.dir, by_placement=True)
+        costs = split["jobs"]["a"]["threading_cost"]
+        self.assertEqual(
+            sorted(costs),
+            [
+                "single_accelerator [1 CPU, quota 2.5]",
+                "single_accelerator [16 CPUs, quota 2.5]",
+                "single_accelerator [placement unknown]",
+            ],
+        )
+        pinned = costs["single_accelerator [1 CPU, quota 2.5]"]
+        self.assertEqual((pinned["units"], pinned["median_percent"]), (2, 20.0))
+        self.assertEqual(costs["single_accelerator [16 CPUs, quota 2.5]"]["median_percent"], 100.0)
+        proc = self.report(self.dir, "--by-placement")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("single_accelerator [1 CPU, quota 2.5]", proc.stdout)
+
+    def write_measured_jobs(self, *more):
         def cost(*pairs, device_class="single_accelerator"):
             return dict(THREADING_COST, pairs={device_class: [list(p) for p in pairs]})
 
+        self.write(*more, start=100)
         self.write(
             # Job a: +20% and -10% in one process (+5%), +50% in another, and
             # a run of two ranks at +10% and +30% (one unit, +20%); one pair
@@ -339,6 +461,9 @@ class TestFleetReportReader(TestCase):
             # Left out: a disabled library's pairs do not count.
             synthetic_record(pid=6, job="b", threading_cost=cost((1, 1000)), disabled_reason="x"),
         )
+
+    def test_threading_cost_is_summarized_over_units_per_job_and_class(self):
+        self.write_measured_jobs()
         jobs = report.fleet_report.summarize_directory(self.dir)["jobs"]
         # Units (Note [What an interval is over]): +5%, +50% and the run's +20%.
         a = jobs["a"]["threading_cost"]["single_accelerator"]
@@ -581,6 +706,52 @@ class TestFleetReportReader(TestCase):
             with open(os.path.join(self.dir, name), "w") as f:
                 f.write(text)
         self.assertEqual(self.duckdb_counts(), self.report_counts())
+
+    def test_the_forest_plot_draws_each_jobs_estimate_interval_and_units(self):
+        # Beside the jobs above, a job whose cpu_only passes measured 0 and
+        # +2%: the negative control, drawn first.
+        control = dict(THREADING_COST, pairs={"cpu_only": [[1000, 1000], [1020, 1000]]})
+        # And job e: two processes at +10%, fewer units than a, a lower
+        # estimate.
+        e = dict(THREADING_COST, pairs={"single_accelerator": [[110, 100]]})
+        self.write_measured_jobs(
+            synthetic_record(pid=9, job="d", threading_cost=control),
+            synthetic_record(pid=10, job="e", threading_cost=e),
+            synthetic_record(pid=11, job="e", threading_cost=e),
+        )
+        summary = report.fleet_report.summarize_directory(self.dir)
+        plot = report.report_plot
+        self.assertEqual(
+            plot._classes_measured(summary), ["cpu_only", "single_accelerator", "accelerator_cpu"]
+        )
+        rows, measured = plot.forest_rows(summary, "single_accelerator")
+        self.assertEqual(measured, 3)
+        # All jobs at the bottom, then by estimate: e's +10%, a's +20%, b's
+        # +100%.
+        self.assertEqual([r.job for r in rows], [report.fleet_totals.ALL_JOBS, "e", "a", "b"])
+        self.assertEqual([round(r.percent, 6) for r in rows][1:], [10.0, 20.0, 100.0])
+        everything, e, a, b = rows
+        self.assertEqual(a.interval, (5.0, 50.0))
+        self.assertFalse(a.meets_level)  # 3 units: their range, 75%
+        self.assertEqual(a.label, "a (3 runs and processes, 75.0%)")
+        self.assertIsNone(b.interval)  # one process: no interval
+        self.assertEqual(b.label, "b (1 process)")
+        self.assertEqual(everything.label, "(all jobs) (3 jobs, 75.0%)")
+        # At most `top` jobs: those with most units.
+        rows, measured = plot.forest_rows(summary, "single_accelerator", top=2)
+        self.assertEqual(
+            ([r.job for r in rows], measured), ([report.fleet_totals.ALL_JOBS, "e", "a"], 3)
+        )
+        (control_row,) = plot.forest_rows(summary, "cpu_only")[0][1:]
+        self.assertEqual((control_row.job, control_row.percent), ("d", 1.0))
+        png = os.path.join(self.tmp.name, "cost.png")
+        proc = self.report(self.dir, "--plot", png)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(png, "rb") as f:
+            header = f.read(24)
+        self.assertEqual(header[:8], b"\x89PNG\r\n\x1a\n")
+        # Taller than the figure without a forest (9 inches at 100 dpi).
+        self.assertGreater(int.from_bytes(header[20:24], "big"), 900)
 
     def test_plot_of_ten_thousand_jobs(self):
         records = [

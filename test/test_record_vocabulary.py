@@ -52,10 +52,25 @@ class TestRecordVocabulary(TestCase):
     def test_the_writer_writes_the_schemas_fields(self):
         written = set(re.findall(r'\br\["(\w+)"\]\s*=', self.record))
         self.assertEqual(written, set(PROPERTIES))
-        self.assertEqual(
-            set(re.findall(r'\{"(\w+)",', function_body(self.record, "nlohmann::json to_json()"))),
-            set(threading_cost_object()["properties"]),
+        cost = set(
+            re.findall(r'\{"(\w+)",', function_body(self.record, "nlohmann::json to_json()"))
         )
+        cost |= set(re.findall(r'threading_cost\["(\w+)"\] =', self.record))
+        self.assertEqual(cost, set(threading_cost_object()["properties"]))
+        # Where the threads ran (thread_placement.cpp): its fields, and the
+        # names of the threads.
+        placement_schema = threading_cost_object()["properties"]["placement"]
+        thread_schema = placement_schema["properties"]["threads"]
+        placement = source(AUTOGRAD, "thread_placement.cpp")
+        body = function_body(placement, "nlohmann::json PlacementSamples::to_json(")
+        self.assertEqual(
+            set(re.findall(r'\{"(\w+)",', body)),
+            set(placement_schema["properties"])
+            | set(thread_schema["additionalProperties"]["properties"]),
+        )
+        calling = re.search(r'kCallingThread = "(\w+)"', placement).group(1)
+        device = re.search(r'kDeviceThreadPrefix = "(\w+)"', placement).group(1)
+        self.assertEqual(thread_schema["propertyNames"]["examples"], [calling, device + "0"])
         torch = set(
             re.findall(r'\{"(\w+)",', function_body(self.record, "nlohmann::json make_record("))
         )

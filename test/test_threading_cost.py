@@ -8,6 +8,7 @@ whole process.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from test_autograd_device_logging import (  # noqa: E402
     WITH_TEST_ACCELERATOR,
     require_built,
 )
-from test_fleet_report import child_env, only_record  # noqa: E402
+from test_fleet_report import child_env, only_record, report_modules  # noqa: E402
 
 MEASURE = "AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING"
 # Every pass after the warm-up is sampled, in pairs.
@@ -74,6 +75,26 @@ for i in range({passes}):
     y.sum().backward()
 print("WHERE", where)
 """
+
+
+def cpu_list(cpus):
+    """CPUs as Linux lists them ("0-3,8"): the test's own writer of the
+    record's format."""
+    runs = []
+    for cpu in sorted(cpus):
+        if runs and runs[-1][1] == cpu - 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def cpus_of(text):
+    out = set()
+    for part in filter(None, text.split(",")):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
 
 
 def where_from(stdout):
@@ -127,6 +148,47 @@ class TestSampledPasses(ThreadingCostTestCase):
         for i in range(0, 8, 2):
             self.assertEqual(sorted(on_caller[i : i + 2]), [False, True], on_caller)
         self.assertEqual(proc.cost["classes"]["single_accelerator"]["pairs"], 4)
+
+    def test_the_record_says_where_the_threads_ran(self):
+        # Free: each thread's affinity is the process's; pinned to one CPU
+        # (before the device thread starts, which inherits it): that CPU,
+        # and each thread was seen there. Device threads are named
+        # pt_autograd_<device> (Note [Where the measured threads ran]).
+        allowed = sorted(os.sched_getaffinity(0))
+        for pinned in (None, allowed[-1]):
+            with self.subTest(pinned=pinned):
+                shutil.rmtree(self.dir, ignore_errors=True)
+                pin = "" if pinned is None else f"os.sched_setaffinity(0, {{{pinned}}})\n"
+                proc = self.run_child(
+                    "import os\n"
+                    + pin
+                    + ON_ONE_DEVICE
+                    + "for i in range(6):\n    one_pass()\n"
+                    + 'print("THREADS", torch.get_num_threads())\n',
+                    **EVERY_PASS,
+                )
+                record = self.only_record()
+                placement = record["threading_cost"]["placement"]
+                threads = placement["threads"]
+                # The test accelerator's two devices each have a thread.
+                self.assertEqual(
+                    sorted(threads), ["calling", "pt_autograd_0", "pt_autograd_1"], placement
+                )
+                expected = cpu_list(allowed if pinned is None else [pinned])
+                for name, thread in threads.items():
+                    self.assertEqual(thread["affinity"], expected, name)
+                    seen = cpus_of(thread["ran_on"])
+                    self.assertTrue(seen, name)
+                    self.assertLessEqual(seen, set(cpus_of(expected)), name)
+                threads_line = next(l for l in proc.stdout.splitlines() if l.startswith("THREADS"))
+                self.assertEqual(placement["intra_op_threads"], int(threads_line.split()[1]))
+                quota = placement["cpu_quota"]
+                self.assertTrue(quota is None or quota > 0, quota)
+                key = report_modules().record_fields.placement_key(
+                    [t["affinity"] for t in threads.values()], quota
+                )
+                if pinned is not None:
+                    self.assertTrue(key.startswith("1 CPU"), key)
 
     def test_a_washout_pass_runs_in_the_mode_of_the_timed_pass_after_it(self):
         proc = self.run_child(
@@ -415,7 +477,7 @@ os.kill(os.getpid(), signal.SIGKILL)
         )
         self.assertEqual(proc.returncode, -signal.SIGKILL, proc.stderr)
         record = self.only_record()
-        self.assertEqual(record["schema"], "2.1")
+        self.assertEqual(record["schema"], "2.2")
         cost = record["threading_cost"]
         self.assertEqual(len(cost["pairs"]["single_accelerator"]), 3)
         self.assertEqual(record["written_at"], "measurement")
@@ -451,7 +513,7 @@ for i in range(10):
 lib = autograd_device_logging._activation.library()
 pair, count = lib.autograd_device_logging_record_measured_pair, lib.autograd_device_logging_record_measurement_count
 print("BEFORE_START", pair(1, 10, 20), count(0, b"x", 1))
-lib.autograd_device_logging_start_recording_threading_cost(0.5, 3, 8, 1)
+lib.autograd_device_logging_start_recording_threading_cost(0.5, 3, 8, 1, 0, 4)
 print("REFUSED", pair(4, 10, 20), pair(-1, 10, 20), pair(1, 0, 20), pair(1, 10, 0), pair(1, 10, 2**63), count(2, b"x", 1))
 print("KEPT", pair(1, 10, 20), pair(1, 30, 40), pair(3, 5, 6), count(0, b"inside", 2), count(1, b"graph changed", 1), count(1, b"graph changed", 3))
 """,
@@ -459,8 +521,13 @@ print("KEPT", pair(1, 10, 20), pair(1, 30, 40), pair(3, 5, 6), count(0, b"inside
         self.assertIn("BEFORE_START -1 -1", proc.stdout)
         self.assertIn("REFUSED -1 -1 -1 -1 -1 -1", proc.stdout)
         self.assertIn("KEPT 1 1 1 0 0 0", proc.stdout)
+        cost = self.only_record()["threading_cost"]
+        # No calling thread named, and no device thread ran.
+        placement = cost.pop("placement")
+        self.assertEqual(placement["threads"], {})
+        self.assertEqual(placement["intra_op_threads"], 4)
         self.assertEqual(
-            self.only_record()["threading_cost"],
+            cost,
             {
                 "pairs": {
                     "single_accelerator": [[10, 20], [30, 40]],

@@ -43,7 +43,10 @@ SIGNATURES: Dict[str, Tuple[Optional[type], List[type]]] = {
     "set_report_dir": (None, [ctypes.c_char_p]),
     "set_record_program": (None, [ctypes.c_char_p]),
     "set_record_activation": (None, [ctypes.c_char_p]),
-    "start_recording_threading_cost": (None, [ctypes.c_double, _u64, _u64, _u64]),
+    "start_recording_threading_cost": (
+        None,
+        [ctypes.c_double, _u64, _u64, _u64, ctypes.c_int64, ctypes.c_int],
+    ),
     "record_measured_pair": (ctypes.c_int, [ctypes.c_int, _u64, _u64]),
     "record_measurement_count": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, _u64]),
     "job_wide_name": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),

@@ -1,7 +1,8 @@
 """Which jobs run multi-device or accelerator+CPU backward passes, and how often.
 
     python -m autograd_device_logging report DIR [--json] [--plot PNG]
-        [--since WHEN] [--until WHEN] [--job NAME ...] [--workers N]
+        [--since WHEN] [--until WHEN] [--job NAME ...] [--by-placement]
+        [--workers N]
     autograd-device-logging-report DIR ...      (the same, as a console script)
 
 DIR holds one record per process, written by the library when
@@ -213,12 +214,14 @@ def summarize_directory(
     jobs: Optional[List[str]] = None,
     workers: int = 1,
     progress: Optional[bool] = False,
+    by_placement: bool = False,
 ) -> dict:
     """The report of `directory` (FleetTotals.report), read by `workers`
     processes (Note [Reading a fleet in parallel]); progress on stderr when
-    `progress` is true, or None and stderr is a terminal. Streams: memory
-    grows with the jobs and ranks, not with the records."""
-    totals = FleetTotals(since, until, jobs)
+    `progress` is true, or None and stderr is a terminal; the threading cost
+    per class and placement with `by_placement`. Streams: memory grows with
+    the jobs and ranks, not with the records."""
+    totals = FleetTotals(since, until, jobs, by_placement)
     shown = _Progress(directory, progress)
     # Note [No garbage collection while reading]
     # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -292,6 +295,12 @@ def make_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--job", metavar="NAME", action="append", help="only this job (repeatable)")
     parser.add_argument(
+        "--by-placement",
+        action="store_true",
+        help="the threading cost per class and where the measured threads could run: "
+        '"CLASS [N CPUs]" (Note [Grouping by where the threads ran])',
+    )
+    parser.add_argument(
         "--workers",
         metavar="N",
         type=int,
@@ -312,7 +321,13 @@ def main(argv=None, prog=None) -> int:
         parser.error("--workers must be at least 1")
     try:
         report = summarize_directory(
-            args.directory, args.since, args.until, args.job, args.workers, progress=None
+            args.directory,
+            args.since,
+            args.until,
+            args.job,
+            args.workers,
+            progress=None,
+            by_placement=args.by_placement,
         )
     except (RuntimeError, OSError) as e:  # a reading process died; DIR went away
         print(f"{parser.prog}: could not read {args.directory}: {e}", file=sys.stderr)

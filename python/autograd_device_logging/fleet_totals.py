@@ -54,9 +54,11 @@ class JobTotals:
             self.others_by_name = {"rank events": {}, "events": Counter(), "passes": Counter()}
         return self.others_by_name
 
-    def add(self, r: Record, release: int) -> bool:
+    def add(self, r: Record, release: int, by_placement: bool = False) -> bool:
         """Counts `r`, whose torch is release number `release`; True when it
-        is a process other than a rank."""
+        is a process other than a rank. With `by_placement`, its threading
+        cost counts under "CLASS [PLACEMENT]" (Note [Grouping by where the
+        threads ran], record_fields.py)."""
         if r.role == "agent":
             self.left_out["torchrun agent"] += 1
             return False
@@ -69,6 +71,8 @@ class JobTotals:
         is_rank = r.role == "rank" and r.rank is not None
         if r.threading_cost:
             for device_class, value in r.threading_cost.items():
+                if by_placement:
+                    device_class = f"{device_class} [{r.placement}]"
                 cost = self.costs.get(device_class)
                 if cost is None:
                     cost = self.costs[device_class] = ClassCost()
@@ -147,7 +151,9 @@ class FleetTotals:
         since: Optional[str] = None,
         until: Optional[str] = None,
         jobs: Optional[List[str]] = None,
+        by_placement: bool = False,
     ):
+        self.by_placement = by_placement
         self.since, self.until = since, until
         self.wanted = set(jobs) if jobs else None
         self.filtering = bool(since or until or self.wanted is not None)
@@ -175,7 +181,7 @@ class FleetTotals:
         release = self.release_numbers.get(r.torch)
         if release is None:
             release = self._release(r.torch)
-        if self.jobs[r.job].add(r, release):
+        if self.jobs[r.job].add(r, release, self.by_placement):
             row = self.other_releases[r.torch]
             row[0] += 1
             for i, bit in enumerate(EVENT_BITS.values()):

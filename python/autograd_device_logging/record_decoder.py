@@ -20,18 +20,21 @@ both accept the same files, and the tests run every record through both.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Dict, List, Optional, Tuple
+from typing import Annotated, Dict, List, Optional, Tuple, Union
 
 from .cost_statistics import process_value
 from .record_fields import (
+    CPU_LIST,
     MAX_COUNT,
     MAX_PAIRS,
     READABLE_SCHEMA,
     START_TIME,
+    UNKNOWN_PLACEMENT,
     Record,
     events_of,
     parse_record,
     pass_classes_of,
+    placement_key,
 )
 
 try:
@@ -40,12 +43,20 @@ except ImportError:
     msgspec = None
 
 
-def _exact(data) -> Record:
-    return parse_record(json.loads(bytes(data).decode("utf-8")))
+def _not_json(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_exactly(data) -> Record:
+    """The Record in `data` by record_fields' exact checks. Only JSON is
+    read: NaN and Infinity, which Python's json reads and JSON has not, make
+    the file unreadable, as they do for msgspec (and the schema, which
+    describes JSON documents, never sees them)."""
+    return parse_record(json.loads(bytes(data).decode("utf-8"), parse_constant=_not_json))
 
 
 if msgspec is None:
-    decode = _exact
+    decode = decode_exactly
 else:
     _Meta = msgspec.Meta
     _Count = Annotated[int, _Meta(ge=0, le=MAX_COUNT)]
@@ -55,6 +66,17 @@ else:
         running: str
         built_for: str = ""
 
+    _CpuList = Annotated[str, _Meta(pattern=CPU_LIST.pattern)]
+
+    class _Thread(msgspec.Struct):
+        affinity: _CpuList
+        ran_on: _CpuList
+
+    class _Placement(msgspec.Struct):
+        threads: Dict[str, _Thread]
+        cpu_quota: Optional[Annotated[float, _Meta(gt=0)]]
+        intra_op_threads: Annotated[int, _Meta(ge=-1)]
+
     class _ThreadingCost(msgspec.Struct):
         pairs: Dict[str, Annotated[List[Tuple[_Duration, _Duration]], _Meta(max_length=MAX_PAIRS)]]
         not_sampled: Dict[str, _Count]
@@ -63,6 +85,7 @@ else:
         warmup: _Count = 0
         max_pairs: _Count = 0
         washout: _Count = 0
+        placement: Union[_Placement, msgspec.UnsetType] = msgspec.UNSET
 
     class _Record(msgspec.Struct):
         # What record_fields.parse_record checks, as types; the fields it does
@@ -101,7 +124,7 @@ else:
         try:
             d = _decoder.decode(data)
         except _refused:
-            return _exact(data)
+            return decode_exactly(data)
         r = Record()
         r.host, r.job, r.role, r.rank = d.host, d.job, d.role, d.rank
         r.start_time = d.start_time[:19]
@@ -112,8 +135,16 @@ else:
         r.disabled_reason = d.disabled_reason
         cost = d.threading_cost
         if cost is None:
-            r.threading_cost = None
+            r.threading_cost = r.placement = None
         else:
+            placement = cost.placement
+            r.placement = (
+                UNKNOWN_PLACEMENT
+                if placement is msgspec.UNSET
+                else placement_key(
+                    [t.affinity for t in placement.threads.values()], placement.cpu_quota
+                )
+            )
             values: Dict[str, Tuple[float, float, int]] = {}
             for device_class, pairs in cost.pairs.items():
                 if pairs:

@@ -18,6 +18,8 @@ SCHEMA_MAJOR = 2
 READABLE_SCHEMA = re.compile(r"^2\.(0|[1-9][0-9]{0,8})$")
 ANY_SCHEMA = re.compile(r"^([1-9][0-9]*)\.[0-9]+$")
 START_TIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
+# The schema's CPU list ("0-3,8").
+CPU_LIST = re.compile(r"^([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?$")
 # The schema's known events and classes (test/test_fleet_report_reader.py
 # holds them to it), with their short names in the report.
 EVENTS = {
@@ -130,6 +132,71 @@ def _pairs(measured) -> Sequence[Sequence[int]]:
 _LIST, _TWO, _INT = {list}, {2}, {int}
 
 
+# Note [Grouping by where the threads ran]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A measured process's placement (Note [Where the measured threads ran],
+# torch/csrc/autograd/thread_placement.h) reads, for `report --by-placement`,
+# as one short key: the CPUs its measured threads could use together (the
+# union of their affinities), and its cgroup's CPU quota where one is set:
+# "1 CPU", "2 CPUs", "64 CPUs, quota 4". Processes pinned alike group
+# together, and free ones group by the machine they had. A record without a
+# placement (schema 2.1) reads as "placement unknown".
+UNKNOWN_PLACEMENT = "placement unknown"
+
+
+def placement_key(affinities: Sequence[str], quota: Optional[float]) -> str:
+    """The key of threads with these CPU lists, in a cgroup with this CPU
+    quota."""
+    ranges = []
+    for cpu_list in affinities:
+        for part in filter(None, cpu_list.split(",")):
+            first, _, last = part.partition("-")
+            ranges.append((int(first), int(last or first)))
+    # The union's size, range by range: a list is short, its ranges any size.
+    cpus, reached = 0, -1
+    for first, last in sorted(ranges):
+        first = max(first, reached + 1)
+        if last >= first:
+            cpus += last - first + 1
+            reached = last
+    key = f"{cpus} CPU{'s' if cpus != 1 else ''}"
+    return key + (f", quota {quota:g}" if quota is not None else "")
+
+
+def _placement(value) -> str:
+    """The placement's key (Note [Grouping by where the threads ran]),
+    checked as the schema checks it."""
+    if value is _MISSING:
+        return UNKNOWN_PLACEMENT
+    if type(value) is not dict:
+        raise Skip("bad field: threading_cost")
+    try:
+        threads, quota, intra_op = value["threads"], value["cpu_quota"], value["intra_op_threads"]
+    except KeyError:
+        raise Skip("bad field: threading_cost") from None
+    if type(threads) is not dict:
+        raise Skip("bad field: threading_cost")
+    affinities = []
+    for thread in threads.values():
+        if type(thread) is not dict:
+            raise Skip("bad field: threading_cost")
+        try:
+            affinity, ran_on = thread["affinity"], thread["ran_on"]
+        except KeyError:
+            raise Skip("bad field: threading_cost") from None
+        for cpu_list in (affinity, ran_on):
+            if type(cpu_list) is not str or not CPU_LIST.search(cpu_list):
+                raise Skip("bad field: threading_cost")
+        affinities.append(affinity)
+    if quota is not None and (type(quota) not in (int, float) or not quota > 0):
+        raise Skip("bad field: threading_cost")
+    if type(intra_op) is float and intra_op.is_integer():
+        intra_op = int(intra_op)
+    if type(intra_op) is not int or intra_op < -1:
+        raise Skip("bad field: threading_cost")
+    return placement_key(affinities, quota)
+
+
 def _threading_cost(value) -> Optional[Dict[str, Tuple[float, float, int]]]:
     """Per class, the process's value (median percent, median off - on in
     ns, pairs: Note [What an interval is over], cost_statistics.py), or None,
@@ -179,6 +246,7 @@ class Record:
         "other_classes",
         "torch",
         "disabled_reason",
+        "placement",
     )
 
 
@@ -233,7 +301,9 @@ def parse_record(record) -> Record:
     if reason is not None and type(reason) is not str:
         raise Skip("bad field: disabled_reason")
     r.disabled_reason = reason
-    r.threading_cost = _threading_cost(get("threading_cost", _MISSING))
+    cost = get("threading_cost", _MISSING)
+    r.threading_cost = _threading_cost(cost)
+    r.placement = None if r.threading_cost is None else _placement(cost.get("placement", _MISSING))
     # Required or constrained by the schema, though the report reads none of
     # them: the reader accepts exactly what the schema accepts.
     _count(get("pid"), "pid")
@@ -272,7 +342,7 @@ def _parse_first_format(record: dict) -> Record:
     r.torch = running if type(running) is str else "?"
     reason = record.get("disabled_reason")
     r.disabled_reason = reason if type(reason) is str else None
-    r.threading_cost = None
+    r.threading_cost = r.placement = None
     passes = record.get("passes_classified")
     r.ran_backward = bool(
         r.events or (type(passes) is int and passes > 0) or sum(r.pass_classes or ())

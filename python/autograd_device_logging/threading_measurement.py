@@ -524,8 +524,15 @@ def start(lib, settings: Settings, torch_module) -> None:
     stop()
     _sampler = Sampler(lib, settings, torch_module)
     # What an earlier sampler handed the record is dropped with it.
+    # With the thread that measures and the intra-op threads, for where the
+    # threads ran (Note [Where the measured threads ran], thread_placement.h).
     lib.autograd_device_logging_start_recording_threading_cost(
-        settings.rate, settings.warmup, settings.max_pairs, settings.washout
+        settings.rate,
+        settings.warmup,
+        settings.max_pairs,
+        settings.washout,
+        threading.get_native_id(),
+        torch_module.get_num_threads(),
     )
     _sampler.install()
 

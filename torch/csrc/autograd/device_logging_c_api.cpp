@@ -85,9 +85,11 @@ void autograd_device_logging_start_recording_threading_cost(
     double rate,
     uint64_t warmup,
     uint64_t max_pairs,
-    uint64_t washout) {
+    uint64_t washout,
+    int64_t calling_thread,
+    int intra_op_threads) {
   device_logging::detail::start_recording_threading_cost(
-      rate, warmup, max_pairs, washout);
+      rate, warmup, max_pairs, washout, calling_thread, intra_op_threads);
 }
 
 int autograd_device_logging_record_measured_pair(

@@ -63,7 +63,8 @@ AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_set_record_program(
 AUTOGRAD_DEVICE_LOGGING_API void autograd_device_logging_set_record_activation(
     const char* how);
 // The record's `threading_cost`, handed over as the measurement goes
-// (process_record.h): its start with its settings, each measured pair
+// (process_record.h): its start with its settings, the calling thread's
+// kernel id and the intra-op thread count, each measured pair
 // (device_class is a BackwardDeviceClass; asks for a write: 1 then, 0 with no
 // directory, -1 when refused), and its counts by reason (which: 0
 // not_sampled, 1 discarded; 0, or -1 when refused).
@@ -72,7 +73,9 @@ autograd_device_logging_start_recording_threading_cost(
     double rate,
     uint64_t warmup,
     uint64_t max_pairs,
-    uint64_t washout);
+    uint64_t washout,
+    int64_t calling_thread,
+    int intra_op_threads);
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_record_measured_pair(
     int device_class,
     uint64_t off_ns,

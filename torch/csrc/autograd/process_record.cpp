@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/interposition.h>
 #include <torch/csrc/autograd/record_file.h>
 #include <torch/csrc/autograd/record_writer.h>
+#include <torch/csrc/autograd/thread_placement.h>
 
 #include <c10/core/DeviceType.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -47,7 +48,7 @@ namespace {
 // enumerated field, is a new minor version, which readers keep (Note [A newer
 // minor version adds fields and values], record_fields.py); anything else (a
 // field removed, renamed or given another meaning) is a new major one.
-constexpr const char* kRecordSchema = "2.1";
+constexpr const char* kRecordSchema = "2.2";
 
 // The record's names of the BackwardDeviceClass values, in their order.
 constexpr std::array<const char*, kNumBackwardDeviceClasses> kClassNames = {
@@ -61,6 +62,11 @@ constexpr std::array<const char*, kNumBackwardDeviceClasses> kClassNames = {
 // handed it over: the record's `threading_cost`.
 struct MeasuredThreadingCost {
   bool measuring = false;
+  // Which start this is, and what it said of the threads (Note [Where the
+  // measured threads ran], thread_placement.h).
+  unsigned start = 0;
+  pid_t calling_thread = 0;
+  int intra_op_threads = -1;
   double rate = 0;
   uint64_t warmup = 0;
   uint64_t max_pairs = 0;
@@ -405,12 +411,20 @@ void start_recording_threading_cost(
     double rate,
     uint64_t warmup,
     uint64_t max_pairs,
-    uint64_t washout) noexcept {
+    uint64_t washout,
+    int64_t calling_thread,
+    int intra_op_threads) noexcept {
   try {
     std::lock_guard<std::mutex> lock(settings().mutex);
     MeasuredThreadingCost& cost = settings().threading_cost;
+    const unsigned start = cost.start + 1;
     cost = MeasuredThreadingCost();
     cost.measuring = true;
+    cost.start = start;
+    cost.calling_thread = calling_thread > 0 && calling_thread <= INT32_MAX
+        ? static_cast<pid_t>(calling_thread)
+        : 0;
+    cost.intra_op_threads = intra_op_threads;
     cost.rate = rate;
     cost.warmup = warmup;
     cost.max_pairs = max_pairs;
@@ -476,6 +490,9 @@ bool write_record_on_the_writer_thread(const char* occasion) noexcept {
     std::string activation;
     nlohmann::json threading_cost;
     std::string name;
+    unsigned measurement_start = 0;
+    pid_t calling_thread = 0;
+    int intra_op_threads = -1;
     {
       std::lock_guard<std::mutex> lock(settings().mutex);
       dir = settings().dir;
@@ -485,12 +502,23 @@ bool write_record_on_the_writer_thread(const char* occasion) noexcept {
       program = settings().program;
       activation = settings().activation;
       threading_cost = settings().threading_cost.to_json();
+      measurement_start = settings().threading_cost.start;
+      calling_thread = settings().threading_cost.calling_thread;
+      intra_op_threads = settings().threading_cost.intra_op_threads;
       if (settings().file_pid != getpid()) {
         settings().file_pid = getpid();
         settings().file_name = host_name() + "-" + std::to_string(getpid()) +
             "-" + std::to_string(process_start_ns()) + ".json";
       }
       name = settings().file_name;
+    }
+    if (threading_cost.is_object()) {
+      // Only this thread samples, outside the lock that the measurement
+      // takes between passes (Note [Where the measured threads ran]).
+      static auto* samples = new PlacementSamples();
+      samples->restart_if_new(measurement_start, calling_thread);
+      samples->sample();
+      threading_cost["placement"] = samples->to_json(intra_op_threads);
     }
     if (program.empty()) {
       program = program_invocation_name;

@@ -68,11 +68,16 @@ void set_record_activation(const char* how) noexcept;
 // kept) for an unknown class, a duration outside [1, 2^63), a class already
 // holding the schema's 10,000 pairs, or no measurement started;
 // record_measurement_count 0, or -1 likewise.
+// The start also names the calling thread (its kernel thread id; 0 when
+// unknown) and the intra-op thread count (-1 when unknown), for the record's
+// placement (Note [Where the measured threads ran], thread_placement.h).
 void start_recording_threading_cost(
     double rate,
     uint64_t warmup,
     uint64_t max_pairs,
-    uint64_t washout) noexcept;
+    uint64_t washout,
+    int64_t calling_thread,
+    int intra_op_threads) noexcept;
 int record_measured_pair(
     int device_class,
     uint64_t off_ns,
