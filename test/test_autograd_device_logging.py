@@ -330,7 +330,7 @@ class TestAutogradDeviceLogging(TestCase):
         # Note [When libtorch's compute_dependencies cannot be found]: one
         # warning at load naming the cause, status says why, and a backward
         # that reaches the library fails with one clear error (no walk can
-        # run without libtorch's definition), as the README says.
+        # run without libtorch's definition), as docs/usage.md says.
         require_built(self, WITHOUT_DEFINITION_LIBRARY)
         result = run_code(
             "import autograd_device_logging, torch\n"

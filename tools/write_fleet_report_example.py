@@ -1,4 +1,4 @@
-"""Writes the README's fleet-report example and docs/fleet-report.png.
+"""Writes the fleet-report example in docs/usage.md and docs/fleet-report.png.
 
     python tools/write_fleet_report_example.py [--build build]
         [--also PYTHON BUILD ...]
@@ -11,7 +11,7 @@ measurement on), once with this Python and the build in
 and a build against it, e.g. tools/torch_matrix.py --keep's), then
 `python -m autograd_device_logging report DIR --plot docs/fleet-report.png`,
 and puts the table, with the date, machine and torch releases, between the
-README's fleet-report markers.
+fleet-report markers of docs/usage.md.
 """
 
 import argparse
@@ -98,20 +98,20 @@ def main():
             "```",
             "",
             "![The share of processes with each event per torch release; passes per class "
-            "per job](docs/fleet-report.png)",
+            "per job](fleet-report.png)",
             END,
         ]
     )
-    readme = os.path.join(REPO, "README.md")
-    with open(readme) as f:
+    usage = os.path.join(REPO, "docs", "usage.md")
+    with open(usage) as f:
         text = f.read()
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
     if not pattern.search(text):
-        sys.exit(f"README.md has no {BEGIN} ... {END} section")
-    with open(readme, "w") as f:
+        sys.exit(f"docs/usage.md has no {BEGIN} ... {END} section")
+    with open(usage, "w") as f:
         f.write(pattern.sub(lambda _: block, text))
     print(report)
-    print(f"wrote {png} and the README's example")
+    print(f"wrote {png} and the example in docs/usage.md")
 
 
 if __name__ == "__main__":

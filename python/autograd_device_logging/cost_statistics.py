@@ -133,12 +133,6 @@ class ClassCost:
         self.differences.append(difference)
         self.pairs += pairs
 
-    def merge(self, other: "ClassCost") -> None:
-        self.rank_values.extend(other.rank_values)
-        self.process_values.extend(other.process_values)
-        self.differences.extend(other.differences)
-        self.pairs += other.pairs
-
     def units(self) -> List[float]:
         values = list(self.process_values)
         if self.rank_values:

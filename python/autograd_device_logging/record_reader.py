@@ -24,19 +24,17 @@ def is_record_name(name: str) -> bool:
     return name.endswith(".json") and not name.startswith(".")
 
 
-def read_record(path: str, dir_fd: Optional[int] = None, buffer=None) -> Record:
-    """The record in the file at `path` (relative to the directory `dir_fd`
-    where given), read into `buffer` (a bytearray of MAX_RECORD_BYTES + 1,
-    reused across calls) where given; raises Skip, or OSError, ValueError or
-    RecursionError for a file that is not readable JSON.
+def read_record(path: str, dir_fd: Optional[int], buffer: bytearray) -> Record:
+    """The record in the file at `path` (relative to the directory `dir_fd`,
+    or to the working directory for None), read into `buffer` (a bytearray of
+    MAX_RECORD_BYTES + 1, reused across calls); raises Skip, or OSError,
+    ValueError or RecursionError for a file that is not readable JSON.
 
     The directory is shared (any user may add entries), so nothing in it is
     followed or waited on: the open() does not follow a symbolic link and does
     not block, so a FIFO (which would block until a writer came) reads as
     empty, and a directory fails to read, whether it was listed as one (then
     read_records skips it first) or replaced the file after the listing."""
-    if buffer is None:
-        buffer = bytearray(MAX_RECORD_BYTES + 1)
     try:
         fd = os.open(path, _FLAGS, dir_fd=dir_fd)
     except OSError as e:

@@ -24,7 +24,10 @@ namespace torch::autograd::device_logging::detail {
 // to +41% across free processes and from -2.6% to -3.3% with the process on
 // one core. So a measured record says, under threading_cost.placement:
 // - per thread (the calling thread, which started the measurement, and each
-//   pt_autograd_* thread): its CPU affinity, and the CPUs it was seen on;
+//   pt_autograd_* thread): its CPU affinity, and the CPUs it was seen on.
+//   torch names its device threads from 2.3 on; with an older torch they
+//   cannot be told from its other threads, and the record has the calling
+//   thread only;
 // - the CPU quota of the process's cgroup, in CPUs (null: none);
 // - the intra-op thread count (torch.get_num_threads()) at the start.
 // Only the writer thread samples (Note [The record is written off the
