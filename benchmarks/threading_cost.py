@@ -2,6 +2,7 @@
 
     python3 benchmarks/threading_cost.py [--steps N] [--output docs/threading-cost.md]
     python3 benchmarks/threading_cost.py --placements --models M ...
+    python3 benchmarks/threading_cost.py --power      (no GPU: a simulation)
 
 Runs on a machine with NVIDIA GPUs, against the torch of this interpreter.
 Builds the library into $AUTOGRAD_DEVICE_LOGGING_BUILD_DIR (default
@@ -32,6 +33,11 @@ affinity set before it starts, so that every thread it starts inherits it).
 For each: the estimate and its interval, the spread of the processes' own
 values, and where the records say the threads ran (Note [Where the measured
 threads ran], torch/csrc/autograd/thread_placement.h).
+
+With --power, no GPU: the power of the comparison, simulated at the
+benchmark's sizes for a range of spreads between processes (and runs): how
+often a 20-point gap between the methods is found ("differ"), and how often
+no gap passes ("agree").
 
 The verdict on the two methods is "differ", "agree" (within MARGIN points) or
 "inconclusive", at a stated level (Note [Comparing two methods] in
@@ -231,6 +237,7 @@ CONFIG = {
     "models": None,
     "label": None,
     "placements": False,
+    "power": False,
 }
 
 
@@ -240,6 +247,8 @@ def marker():
     name = MARKER if not models else MARKER + "-" + "-".join(models)
     if CONFIG["placements"]:
         name += "-placements"
+    if CONFIG["power"]:
+        name = MARKER + "-power"
     return name + ("-" + CONFIG["label"] if CONFIG["label"] else "")
 
 
@@ -334,6 +343,98 @@ def measure(package, steps):
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
     return rows, skipped, gpus
+
+
+# The power simulation: sizes (processes = runs per mode), spreads in points,
+# simulated benchmark runs per cell, and what the comparison should reach.
+POWER_SIZES = (4, 8, 12, 16, 24, 32)
+POWER_SPREADS = (1.0, 2.0, 5.0, 10.0)
+POWER_TRIALS = 2000
+FINDS_A_GAP = 0.80
+PASSES_NO_GAP = 0.90
+
+
+def simulated_verdicts(stats, rng, gap, spread, size):
+    """The share of each verdict of compare() over POWER_TRIALS simulated
+    benchmark runs: `size` in-job processes around a true cost of +10%, and
+    `size` A/B runs per mode whose true cost is `gap` points away, each with
+    `spread` points of process-to-process (run-to-run) variation."""
+    import numpy as np
+
+    verdicts = {"agree": 0, "differ": 0, "inconclusive": 0}
+    for _ in range(POWER_TRIALS):
+        in_job = list(10.0 + rng.normal(0, spread, size=size))
+        on = 1e6 * np.exp(rng.normal(0, spread / 100.0, size=size))
+        off = 1e6 * (1.1 + gap / 100.0) * np.exp(rng.normal(0, spread / 100.0, size=size))
+        verdict, _ = stats.compare(
+            stats.median_interval(in_job, "processes"),
+            stats.ab_interval(list(off), list(on)),
+            MARGIN,
+        )
+        verdicts[verdict] += 1
+    return {v: n / POWER_TRIALS for v, n in verdicts.items()}
+
+
+def power_section():
+    import numpy as np
+
+    stats = cost_statistics()
+    rng = np.random.default_rng(0)
+    rows = []
+    for spread in POWER_SPREADS:
+        for size in POWER_SIZES:
+            found = simulated_verdicts(stats, rng, 20.0, spread, size)["differ"]
+            passed = simulated_verdicts(stats, rng, 0.0, spread, size)["agree"]
+            rows.append((spread, size, found, passed))
+    lines = [
+        f"<!-- {marker()} -->",
+        f"## The comparison's power, simulated {datetime.date.today().isoformat()}",
+        "",
+        f"- command: `python3 benchmarks/threading_cost.py{options()}` (no GPU), commit "
+        f"{commit()}, numpy {np.__version__}",
+        f"- {POWER_TRIALS} simulated benchmark runs per cell: N in-job processes around a "
+        "true cost of +10% and N whole-run A/B runs per mode, each with the stated spread "
+        "between processes (and runs, as a log-normal of the same size); the verdict "
+        f"(Note [Comparing two methods]) with a margin of {MARGIN:.0f} points",
+        "",
+        "| spread between processes | processes = runs per mode | a 20-point gap found "
+        "(differ) | no gap passes (agree) |",
+        "| ---: | ---: | ---: | ---: |",
+    ]
+    for spread, size, found, passed in rows:
+        lines.append(f"| {spread:g} points | {size} | {100 * found:.0f}% | {100 * passed:.0f}% |")
+    lines.append("")
+    for spread in POWER_SPREADS:
+        enough = [
+            size
+            for s, size, found, passed in rows
+            if s == spread and found >= FINDS_A_GAP and passed >= PASSES_NO_GAP
+        ]
+        lines.append(
+            f"- spread {spread:g} points: "
+            + (
+                f"{enough[0]} processes and {enough[0]} runs per mode find a 20-point gap at "
+                f"least {100 * FINDS_A_GAP:.0f}% of the time and pass no gap at least "
+                f"{100 * PASSES_NO_GAP:.0f}%."
+                if enough
+                else f"no size up to {POWER_SIZES[-1]} reaches both "
+                f"({100 * FINDS_A_GAP:.0f}% and {100 * PASSES_NO_GAP:.0f}%)."
+            )
+        )
+    lines.append(f"<!-- /{marker()} -->")
+    return "\n".join(lines) + "\n"
+
+
+def commit():
+    out = subprocess.run(
+        ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return (out.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty else "")
 
 
 def placements():
@@ -474,6 +575,8 @@ def options():
         out += f" --label {CONFIG['label']}"
     if CONFIG["placements"]:
         out += " --placements"
+    if CONFIG["power"]:
+        out += " --power"
     return out
 
 
@@ -599,7 +702,10 @@ is "differ", "agree" (both intervals within the margin) or "inconclusive",
 at the level both intervals hold together (Note [Comparing two methods]):
 overlapping intervals are not agreement. The second table is the in-job
 method without the washout: there a timed pass may follow a pass of the other
-mode, which a whole run never does.
+mode, which a whole run never does. The sections on where the threads ran
+(`--placements`) run the in-job method free, on one CPU and on two, and take
+each process's placement from its record (Note [Where the measured threads
+ran]).
 
 """
 
@@ -628,6 +734,11 @@ def main():
         action="store_true",
         help="the in-job method free, on one CPU and on two, into a section of its own",
     )
+    parser.add_argument(
+        "--power",
+        action="store_true",
+        help="no GPU: the comparison's power, simulated, into a section of its own",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     CONFIG.update(
@@ -636,6 +747,7 @@ def main():
         ab_runs=args.ab_runs,
         label=args.label,
         placements=args.placements,
+        power=args.power,
     )
     if args.child:
         kind, name, *rest = args.child
@@ -645,6 +757,10 @@ def main():
             child_ab(name, int(rest[0]), rest[1] == "on")
         else:
             child_grads(name)
+        return
+    if args.power:
+        write(args.output, power_section())
+        print(open(args.output).read())
         return
     import torch
 
