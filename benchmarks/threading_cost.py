@@ -375,6 +375,10 @@ def simulated_verdicts(stats, rng, gap, spread, size):
     return {v: n / POWER_TRIALS for v, n in verdicts.items()}
 
 
+def _points(spread):
+    return f"{spread:g} point{'' if spread == 1 else 's'}"
+
+
 def power_section():
     import numpy as np
 
@@ -402,7 +406,7 @@ def power_section():
         "| ---: | ---: | ---: | ---: |",
     ]
     for spread, size, found, passed in rows:
-        lines.append(f"| {spread:g} points | {size} | {100 * found:.0f}% | {100 * passed:.0f}% |")
+        lines.append(f"| {_points(spread)} | {size} | {100 * found:.0f}% | {100 * passed:.0f}% |")
     lines.append("")
     for spread in POWER_SPREADS:
         enough = [
@@ -411,7 +415,7 @@ def power_section():
             if s == spread and found >= FINDS_A_GAP and passed >= PASSES_NO_GAP
         ]
         lines.append(
-            f"- spread {spread:g} points: "
+            f"- spread {_points(spread)}: "
             + (
                 f"{enough[0]} processes and {enough[0]} runs per mode find a 20-point gap at "
                 f"least {100 * FINDS_A_GAP:.0f}% of the time and pass no gap at least "
