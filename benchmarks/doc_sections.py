@@ -29,6 +29,20 @@ def build_library(default_dir: str, cmake_args: str) -> str:
     return os.path.join(build, "python")
 
 
+def commit() -> str:
+    """The checkout's commit, short, and whether tracked files differ from
+    it: what a generated section says it ran on."""
+    out = subprocess.run(
+        ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return (out.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty else "")
+
+
 def replace_section(path: str, marker: str, section: str, header: str = "") -> None:
     """Puts `section` (which starts with <!-- marker --> and ends with
     <!-- /marker -->) into `path` in place of an earlier one, or appends it;

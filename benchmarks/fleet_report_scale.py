@@ -38,6 +38,8 @@ import tempfile
 import threading
 import time
 
+import doc_sections
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANKS_PER_JOB = 16
 HOSTS_PER_JOB = 2
@@ -249,18 +251,6 @@ def duckdb_run(directory):
     return seconds, peak, json.loads(out), duckdb.__version__
 
 
-def commit():
-    out = subprocess.run(
-        ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    )
-    dirty = subprocess.run(
-        ["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return (out.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty else "")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10**4, 10**5, 10**6])
@@ -339,7 +329,7 @@ def write(args, rows, duckdb_version):
         "",
         f"Written by `python3 benchmarks/fleet_report_scale.py` on "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, commit "
-        f"{commit()} ({platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{doc_sections.commit()} ({platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, {parser}"
         + (f", DuckDB {duckdb_version}" if duckdb_version else ", no DuckDB")
         + ").",

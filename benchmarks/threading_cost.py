@@ -395,7 +395,7 @@ def power_section():
         f"## The comparison's power, simulated {datetime.date.today().isoformat()}",
         "",
         f"- command: `python3 benchmarks/threading_cost.py{options()}` (no GPU), commit "
-        f"{commit()}, numpy {np.__version__}",
+        f"{doc_sections.commit()}, numpy {np.__version__}",
         f"- {POWER_TRIALS} simulated benchmark runs per cell: N in-job processes around a "
         "true cost of +10% and N whole-run A/B runs per mode, each with the stated spread "
         "between processes (and runs, as a log-normal of the same size); the verdict "
@@ -427,18 +427,6 @@ def power_section():
         )
     lines.append(f"<!-- /{marker()} -->")
     return "\n".join(lines) + "\n"
-
-
-def commit():
-    out = subprocess.run(
-        ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    )
-    dirty = subprocess.run(
-        ["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return (out.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty else "")
 
 
 def placements():
@@ -518,14 +506,11 @@ def cpu_set(text):
 def placement_section(rows, steps):
     import torch
 
-    names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
     lines = [
         f"<!-- {marker()} -->",
         f"## Where the threads ran, measured {datetime.date.today().isoformat()}",
         "",
-        f"- machine: {torch.cuda.device_count()} x {', '.join(names)}, {os.cpu_count()} CPU cores, "
-        f"{platform.machine()}",
-        f"- torch {torch.__version__} (CUDA {torch.version.cuda}), Python {platform.python_version()}",
+        *_machine_lines(torch),
         f"- command: `python3 benchmarks/threading_cost.py --steps {steps}{options()}`",
         f"- in the job: {CONFIG['in_job_processes']} processes of {steps} steps per placement, "
         f"rate 0.5, warm-up {WARMUP}, washout {DEFAULT_WASHOUT}; free: {_affinity()}",
@@ -599,6 +584,16 @@ def _affinity():
     return f"{len(cores)} of {os.cpu_count()} cores ({', '.join(map(str, cores))})"
 
 
+def _machine_lines(torch):
+    """A section's lines on the machine, torch and Python it ran on."""
+    names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
+    return [
+        f"- machine: {torch.cuda.device_count()} x {', '.join(names)}, {os.cpu_count()} CPU cores, "
+        f"{platform.machine()}",
+        f"- torch {torch.__version__} (CUDA {torch.version.cuda}), Python {platform.python_version()}",
+    ]
+
+
 def _verdict(found):
     verdict, level = found["verdict"]
     return f"{'**differ**' if verdict == 'differ' else verdict} ({100 * level:.1f}%)"
@@ -607,14 +602,11 @@ def _verdict(found):
 def section(rows, skipped, steps):
     import torch
 
-    names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
     lines = [
         f"<!-- {marker()} -->",
         f"## Measured {datetime.date.today().isoformat()}",
         "",
-        f"- machine: {torch.cuda.device_count()} x {', '.join(names)}, {os.cpu_count()} CPU cores, "
-        f"{platform.machine()}",
-        f"- torch {torch.__version__} (CUDA {torch.version.cuda}), Python {platform.python_version()}",
+        *_machine_lines(torch),
         f"- CPU affinity of every process: {_affinity()}",
         f"- command: `python3 benchmarks/threading_cost.py --steps {steps}{options()}`",
         f"- in the job: {CONFIG['in_job_processes']} processes of {steps} steps, rate 0.5, warm-up {WARMUP}, "
