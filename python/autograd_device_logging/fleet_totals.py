@@ -8,7 +8,15 @@ from collections import Counter, defaultdict
 from typing import Dict, List, Optional
 
 from .cost_statistics import ClassCost, over_jobs, summaries_of
-from .record_fields import CLASSES, EVENT_BITS, EVENT_MASK, EVENTS, Record
+from .record_fields import (
+    CLASSES,
+    EVENT_BITS,
+    EVENT_MASK,
+    EVENTS,
+    UNKNOWN_PLACEMENT,
+    Record,
+    placement_key,
+)
 
 ALL_JOBS = "(all jobs)"
 
@@ -54,9 +62,9 @@ class JobTotals:
             self.others_by_name = {"rank events": {}, "events": Counter(), "passes": Counter()}
         return self.others_by_name
 
-    def add(self, r: Record, release: int, by_placement: bool = False) -> bool:
+    def add(self, r: Record, release: int, placement: Optional[str] = None) -> bool:
         """Counts `r`, whose torch is release number `release`; True when it
-        is a process other than a rank. With `by_placement`, its threading
+        is a process other than a rank. With a `placement` key, its threading
         cost counts under "CLASS [PLACEMENT]" (Note [Grouping by where the
         threads ran], record_fields.py)."""
         if r.role == "agent":
@@ -71,8 +79,8 @@ class JobTotals:
         is_rank = r.role == "rank" and r.rank is not None
         if r.threading_cost:
             for device_class, value in r.threading_cost.items():
-                if by_placement:
-                    device_class = f"{device_class} [{r.placement}]"
+                if placement is not None:
+                    device_class = f"{device_class} [{placement}]"
                 cost = self.costs.get(device_class)
                 if cost is None:
                     cost = self.costs[device_class] = ClassCost()
@@ -154,6 +162,8 @@ class FleetTotals:
         by_placement: bool = False,
     ):
         self.by_placement = by_placement
+        # What each placement seen reads as: a fleet has few.
+        self.placement_keys: Dict[Optional[tuple], str] = {}
         self.since, self.until = since, until
         self.wanted = set(jobs) if jobs else None
         self.filtering = bool(since or until or self.wanted is not None)
@@ -181,7 +191,14 @@ class FleetTotals:
         release = self.release_numbers.get(r.torch)
         if release is None:
             release = self._release(r.torch)
-        if self.jobs[r.job].add(r, release, self.by_placement):
+        placement = None
+        if self.by_placement and r.threading_cost:
+            placement = self.placement_keys.get(r.placement)
+            if placement is None:
+                placement = self.placement_keys[r.placement] = (
+                    UNKNOWN_PLACEMENT if r.placement is None else placement_key(*r.placement)
+                )
+        if self.jobs[r.job].add(r, release, placement):
             row = self.other_releases[r.torch]
             row[0] += 1
             for i, bit in enumerate(EVENT_BITS.values()):

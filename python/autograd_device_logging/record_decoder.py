@@ -29,12 +29,10 @@ from .record_fields import (
     MAX_PAIRS,
     READABLE_SCHEMA,
     START_TIME,
-    UNKNOWN_PLACEMENT,
     Record,
     events_of,
     parse_record,
     pass_classes_of,
-    placement_key,
 )
 
 try:
@@ -139,11 +137,9 @@ else:
         else:
             placement = cost.placement
             r.placement = (
-                UNKNOWN_PLACEMENT
+                None
                 if placement is msgspec.UNSET
-                else placement_key(
-                    [t.affinity for t in placement.threads.values()], placement.cpu_quota
-                )
+                else (tuple(t.affinity for t in placement.threads.values()), placement.cpu_quota)
             )
             values: Dict[str, Tuple[float, float, int]] = {}
             for device_class, pairs in cost.pairs.items():

@@ -146,7 +146,8 @@ UNKNOWN_PLACEMENT = "placement unknown"
 
 def placement_key(affinities: Sequence[str], quota: Optional[float]) -> str:
     """The key of threads with these CPU lists, in a cgroup with this CPU
-    quota."""
+    quota. Only the report made with --by-placement computes it: a Record
+    keeps what it is made of (Record.placement)."""
     ranges = []
     for cpu_list in affinities:
         for part in filter(None, cpu_list.split(",")):
@@ -163,11 +164,12 @@ def placement_key(affinities: Sequence[str], quota: Optional[float]) -> str:
     return key + (f", quota {quota:g}" if quota is not None else "")
 
 
-def _placement(value) -> str:
-    """The placement's key (Note [Grouping by where the threads ran]),
-    checked as the schema checks it."""
+def _placement(value) -> Optional[Tuple[Tuple[str, ...], Optional[float]]]:
+    """The placement's threads' affinities and its quota, what its key
+    (Note [Grouping by where the threads ran]) is made of, checked as the
+    schema checks them; None when the record has none."""
     if value is _MISSING:
-        return UNKNOWN_PLACEMENT
+        return None
     if type(value) is not dict:
         raise Skip("bad field: threading_cost")
     try:
@@ -194,7 +196,7 @@ def _placement(value) -> str:
         intra_op = int(intra_op)
     if type(intra_op) is not int or intra_op < -1:
         raise Skip("bad field: threading_cost")
-    return placement_key(affinities, quota)
+    return tuple(affinities), quota
 
 
 def _threading_cost(value) -> Optional[Dict[str, Tuple[float, float, int]]]:
