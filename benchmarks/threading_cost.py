@@ -8,23 +8,22 @@ Runs on a machine with NVIDIA GPUs, against the torch of this interpreter.
 Builds the library into $AUTOGRAD_DEVICE_LOGGING_BUILD_DIR (default
 build-threading-cost/), then, for each model whose devices the machine has:
 
-- in the job: IN_JOB_PROCESSES processes train the model for N steps each with the library's
-  measurement on (measure_threading(rate=0.5)), which times pairs of
-  sampled passes, one with multithreading off and one on (Note [Measuring the
-  cost of single-threaded backward]); the estimate is the median over pairs
-  of (off - on) / on per process, then over the processes, with the fleet
-  report's interval between order statistics of the processes (Note
-  [Intervals from order statistics]). Once
-  with the default washout (each timed pass follows a pass of its own mode)
-  and once without;
-- whole-run A/B: the same program, measurement off, run AB_RUNS times with
-  multithreading on and as often off for the whole run
-  (torch.autograd.set_multithreading_enabled), alternating, timing every
-  backward the way the measurement times a sampled one (its devices
-  synchronized before and after); the estimate is (median off - median on) /
-  median on over the runs' medians, with an interval from the order
-  statistics of each mode's runs, since a run's own state moves all its steps
-  together;
+- COMPARISON_PROCESSES processes, each running both methods: first N steps with the
+  library's measurement on (measure_threading(rate=0.5)), which times pairs
+  of sampled passes, one with multithreading off and one on (Note [Measuring
+  the cost of single-threaded backward]); then, the measurement stopped, a
+  same-process A/B: AB_ROUNDS rounds of a block of AB_BLOCK passes with
+  multithreading on and one off (torch.autograd.set_multithreading_enabled),
+  alternating which goes first, each pass timed the way the measurement
+  times a sampled one (its devices synchronized before and after), the k-th
+  timed pass of the off block paired with the k-th of the on block. Each
+  method's value in a process is the median over its pairs of (off - on) /
+  on (process_value()), so both estimate the same quantity; each estimate is
+  the median over the processes, with the fleet report's interval between
+  order statistics of the processes (Note [Intervals from order
+  statistics]);
+- the methods compared through each process's difference between them
+  (Note [Comparing two methods]);
 - the gradients of one step in each mode, compared bit for bit.
 
 With --placements, only the in-job method, once per placement of the
@@ -34,10 +33,10 @@ For each: the estimate and its interval, the spread of the processes' own
 values, and where the records say the threads ran (Note [Where the measured
 threads ran], torch/csrc/autograd/thread_placement.h).
 
-With --power, no GPU: the power of the comparison, simulated at the
-benchmark's sizes for a range of spreads between processes (and runs): how
-often a 20-point gap between the methods is found ("differ"), and how often
-no gap passes ("agree").
+With --power, no GPU: the power of the comparison, simulated at several
+sizes for a range of spreads of the processes' differences: how often a
+20-point gap between the methods is found ("differ"), and how often no gap
+passes ("agree").
 
 The verdict on the two methods is "differ", "agree" (within MARGIN points) or
 "inconclusive", at a stated level (Note [Comparing two methods] in
@@ -62,14 +61,18 @@ import doc_sections
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARKER = "threading-cost"
 WARMUP = 20
-# Processes of the in-job method per washout; whole-run A/B: runs per mode,
-# alternating, and the steps of each.
-# At 8 and 8, the verdict holds at 97.7% (Note [Comparing two methods]).
-IN_JOB_PROCESSES = 8
-AB_RUNS = 8
-# The verdict "agree": both intervals within this many points.
-MARGIN = 5.0
-AB_STEPS = 100
+# Processes per model; each runs both methods (Note [Comparing two methods]):
+# at 16, a 20-point gap between them is found and no gap passed where their
+# differences spread by up to 5 points (test/test_cost_statistics.py, and
+# --power by spread).
+COMPARISON_PROCESSES = 16
+# The verdict's margin in points: half the gap the comparison must find.
+MARGIN = 10.0
+# The same-process A/B: rounds of one block per mode, alternating which mode
+# goes first, and the passes of a block; the first pass of each block is
+# not timed (the measurement's washout).
+AB_ROUNDS = 8
+AB_BLOCK = 26
 # The measurement's default (threading_measurement.Settings.washout).
 DEFAULT_WASHOUT = 1
 
@@ -145,11 +148,26 @@ def synchronize(devices):
         torch.cuda.synchronize(device)
 
 
-def child_in_job(name, steps, washout):
+def child_in_job(name, steps, washout, ab_rounds):
+    """One process: `steps` steps with the in-job measurement on, then (with
+    ab_rounds) the same-process A/B; prints the pairs of each."""
     import autograd_device_logging as adl  # ahead of torch, as users load it
+
+    import torch
 
     adl.measure_threading(rate=0.5, warmup=WARMUP, max_pairs=steps, seed=0, washout=washout)
     step, modules, devices = make_model(name)
+
+    def timed_step():
+        for m in modules:
+            m.zero_grad(set_to_none=True)
+        loss = step()
+        synchronize(devices)
+        start = time.perf_counter_ns()
+        loss.backward()
+        synchronize(devices)
+        return time.perf_counter_ns() - start
+
     for _ in range(steps):
         for m in modules:
             m.zero_grad(set_to_none=True)
@@ -160,28 +178,15 @@ def child_in_job(name, steps, washout):
     record = adl.threading_measurement.sampler().record_fields()
     if os.environ.get("AUTOGRAD_DEVICE_LOGGING_REPORT_DIR"):
         adl.write_process_record()
-    print(json.dumps({"pairs": record["pairs"], "discarded": record["discarded"]}))
-
-
-def child_ab(name, steps, multithreading):
-    import autograd_device_logging  # noqa: F401  the library, measurement off
-
-    import torch
-
-    step, modules, devices = make_model(name)
-    times = []
-    with torch.autograd.set_multithreading_enabled(multithreading):
-        for i in range(WARMUP + steps):
-            for m in modules:
-                m.zero_grad(set_to_none=True)
-            loss = step()
-            synchronize(devices)
-            start = time.perf_counter_ns()
-            loss.backward()
-            synchronize(devices)
-            if i >= WARMUP:
-                times.append(time.perf_counter_ns() - start)
-    print(json.dumps(times))
+    adl.threading_measurement.stop()
+    ab_pairs = []
+    for r in range(ab_rounds):
+        times = {}
+        for mode in (True, False) if r % 2 == 0 else (False, True):
+            with torch.autograd.set_multithreading_enabled(mode):
+                times[mode] = [timed_step() for _ in range(AB_BLOCK)][1:]
+        ab_pairs += list(zip(times[False], times[True]))
+    print(json.dumps({"pairs": record["pairs"], "discarded": record["discarded"], "ab": ab_pairs}))
 
 
 def child_grads(name):
@@ -232,8 +237,7 @@ def fmt(value):
 
 
 CONFIG = {
-    "in_job_processes": IN_JOB_PROCESSES,
-    "ab_runs": AB_RUNS,
+    "processes": COMPARISON_PROCESSES,
     "models": None,
     "label": None,
     "placements": False,
@@ -289,89 +293,73 @@ def measure(package, steps):
             continue
         print(f"== {name}: {description}", file=sys.stderr)
         device_class = name.replace("_launch_bound", "")
-        in_job = {}
-        for washout in (DEFAULT_WASHOUT, 0):
-            processes, discarded, other_classes = [], {}, set()
-            for _ in range(CONFIG["in_job_processes"]):
-                found = run_child(package, "in-job", name, str(steps), str(washout))
-                processes.append([tuple(p) for p in found["pairs"].get(device_class, [])])
-                for reason, n in found["discarded"].items():
-                    discarded[reason] = discarded.get(reason, 0) + n
-                other_classes |= set(found["pairs"]) - {device_class}
-            cost = in_job_summary(stats, processes)
-            if cost:
-                pooled = [p for pairs in processes for p in pairs]
-                cost["median_off_ms"] = statistics.median(p[0] for p in pooled) / 1e6
-                cost["median_on_ms"] = statistics.median(p[1] for p in pooled) / 1e6
-                # Each process's own value (no interval: one unit).
-                cost["per_process"] = [
-                    in_job_summary(stats, [pairs])["median_percent"] for pairs in processes if pairs
-                ]
-            in_job[washout] = {
-                "cost": cost,
-                "discarded": discarded,
-                "other_classes": sorted(other_classes),
-            }
-        times = {True: [], False: []}
-        for run in range(CONFIG["ab_runs"]):
-            for mode in (True, False) if run % 2 == 0 else (False, True):
-                steps_of_run = run_child(
-                    package, "ab", name, str(AB_STEPS), "on" if mode else "off"
-                )
-                times[mode].append(statistics.median(steps_of_run))
-        off, on = times[False], times[True]
-        ab = 100.0 * (statistics.median(off) - statistics.median(on)) / statistics.median(on)
-        interval = stats.ab_interval(off, on)
-        grads = run_child(package, "grads", name)
+        processes, discarded, other_classes = [], {}, set()
+        for _ in range(CONFIG["processes"]):
+            found = run_child(
+                package, "in-job", name, str(steps), str(DEFAULT_WASHOUT), str(AB_ROUNDS)
+            )
+            processes.append(
+                ([tuple(p) for p in found["pairs"].get(device_class, [])], found["ab"])
+            )
+            for reason, n in found["discarded"].items():
+                discarded[reason] = discarded.get(reason, 0) + n
+            other_classes |= set(found["pairs"]) - {device_class}
+        measured = [(in_job, ab) for in_job, ab in processes if in_job and ab]
+        in_job = [stats.process_value(p)[0] for p, _ in measured]
+        ab = [stats.process_value(p)[0] for _, p in measured]
+
+        def median_ms(pairs, index):
+            return statistics.median(p[index] for pairs_ in pairs for p in pairs_) / 1e6
+
         row = {
             "model": name,
             "description": description,
             "class": device_class,
-            "in_job": in_job,
-            "ab": {
-                "percent": ab,
-                "interval": interval,
-                "runs_per_mode": len(off),
-                "median_off_ms": statistics.median(off) / 1e6,
-                "median_on_ms": statistics.median(on) / 1e6,
+            "processes": len(processes),
+            "in_job": {
+                "values": in_job,
+                "median": stats.median(in_job) if in_job else None,
+                "interval": stats.median_interval(in_job, "processes"),
+                "pairs": sum(len(p) for p, _ in measured),
+                "median_on_ms": median_ms([p for p, _ in measured], 1) if measured else None,
+                "median_off_ms": median_ms([p for p, _ in measured], 0) if measured else None,
             },
-            "grads": grads,
+            "ab": {
+                "values": ab,
+                "median": stats.median(ab) if ab else None,
+                "interval": stats.median_interval(ab, "processes"),
+                "pairs": sum(len(p) for _, p in measured),
+                "median_on_ms": median_ms([p for _, p in measured], 1) if measured else None,
+                "median_off_ms": median_ms([p for _, p in measured], 0) if measured else None,
+            },
+            "comparison": stats.compare_methods([a - b for a, b in zip(in_job, ab)], MARGIN),
+            "discarded": discarded,
+            "other_classes": sorted(other_classes),
+            "grads": run_child(package, "grads", name),
         }
-        for washout, found in in_job.items():
-            cost = found["cost"]
-            found["verdict"] = stats.compare(cost and cost["interval"], interval, MARGIN)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
     return rows, skipped, gpus
 
 
-# The power simulation: sizes (processes = runs per mode), spreads in points,
-# simulated benchmark runs per cell, and what the comparison should reach.
-POWER_SIZES = (4, 8, 12, 16, 24, 32)
-POWER_SPREADS = (1.0, 2.0, 5.0, 10.0)
+# The power simulation: processes per model, spreads of the processes'
+# differences between the methods in points, simulated benchmark runs per
+# cell, and what the comparison should reach.
+POWER_SIZES = (6, 8, 12, 16, 24, 32)
+POWER_SPREADS = (1.0, 2.0, 5.0, 8.0, 10.0)
 POWER_TRIALS = 2000
 FINDS_A_GAP = 0.80
 PASSES_NO_GAP = 0.90
 
 
 def simulated_verdicts(stats, rng, gap, spread, size):
-    """The share of each verdict of compare() over POWER_TRIALS simulated
-    benchmark runs: `size` in-job processes around a true cost of +10%, and
-    `size` A/B runs per mode whose true cost is `gap` points away, each with
-    `spread` points of process-to-process (run-to-run) variation."""
-    import numpy as np
-
+    """The share of each verdict of compare_methods() over POWER_TRIALS
+    simulated benchmark runs of `size` processes whose differences between
+    the methods spread normally by `spread` points around `gap`."""
     verdicts = {"agree": 0, "differ": 0, "inconclusive": 0}
     for _ in range(POWER_TRIALS):
-        in_job = list(10.0 + rng.normal(0, spread, size=size))
-        on = 1e6 * np.exp(rng.normal(0, spread / 100.0, size=size))
-        off = 1e6 * (1.1 + gap / 100.0) * np.exp(rng.normal(0, spread / 100.0, size=size))
-        verdict, _ = stats.compare(
-            stats.median_interval(in_job, "processes"),
-            stats.ab_interval(list(off), list(on)),
-            MARGIN,
-        )
-        verdicts[verdict] += 1
+        differences = list(gap + rng.normal(0, spread, size=size))
+        verdicts[stats.compare_methods(differences, MARGIN)["verdict"]] += 1
     return {v: n / POWER_TRIALS for v, n in verdicts.items()}
 
 
@@ -396,12 +384,12 @@ def power_section():
         "",
         f"- command: `python3 benchmarks/threading_cost.py{options()}` (no GPU), commit "
         f"{doc_sections.commit()}, numpy {np.__version__}",
-        f"- {POWER_TRIALS} simulated benchmark runs per cell: N in-job processes around a "
-        "true cost of +10% and N whole-run A/B runs per mode, each with the stated spread "
-        "between processes (and runs, as a log-normal of the same size); the verdict "
-        f"(Note [Comparing two methods]) with a margin of {MARGIN:.0f} points",
+        f"- {POWER_TRIALS} simulated benchmark runs per cell: N processes, each one's "
+        "difference between the methods normal with the stated spread around the true gap; "
+        f"the verdict (Note [Comparing two methods]) with a margin of {MARGIN:.0f} points; "
+        f"the benchmark runs {COMPARISON_PROCESSES} processes per model",
         "",
-        "| spread between processes | processes = runs per mode | a 20-point gap found "
+        "| spread of the differences | processes | a 20-point gap found "
         "(differ) | no gap passes (agree) |",
         "| ---: | ---: | ---: | ---: |",
     ]
@@ -417,7 +405,7 @@ def power_section():
         lines.append(
             f"- spread {_points(spread)}: "
             + (
-                f"{enough[0]} processes and {enough[0]} runs per mode find a 20-point gap at "
+                f"{enough[0]} processes find a 20-point gap at "
                 f"least {100 * FINDS_A_GAP:.0f}% of the time and pass no gap at least "
                 f"{100 * PASSES_NO_GAP:.0f}%."
                 if enough
@@ -451,13 +439,14 @@ def measure_placements(package, steps):
             print(f"== {name}, {placement}", file=sys.stderr)
             processes, seen = [], {}
             with tempfile.TemporaryDirectory() as records:
-                for _ in range(CONFIG["in_job_processes"]):
+                for _ in range(CONFIG["processes"]):
                     found = run_child(
                         package,
                         "in-job",
                         name,
                         str(steps),
                         str(DEFAULT_WASHOUT),
+                        "0",
                         cpus=cpus,
                         report_dir=records,
                     )
@@ -512,7 +501,7 @@ def placement_section(rows, steps):
         "",
         *_machine_lines(torch),
         f"- command: `python3 benchmarks/threading_cost.py --steps {steps}{options()}`",
-        f"- in the job: {CONFIG['in_job_processes']} processes of {steps} steps per placement, "
+        f"- in the job: {CONFIG['processes']} processes of {steps} steps per placement, "
         f"rate 0.5, warm-up {WARMUP}, washout {DEFAULT_WASHOUT}; free: {_affinity()}",
         "",
         "| model | placement | the threads' affinity (records) | single-threaded backward | interval, coverage "
@@ -556,10 +545,8 @@ def options():
     out = ""
     if CONFIG["models"]:
         out += " --models " + " ".join(CONFIG["models"])
-    if CONFIG["in_job_processes"] != IN_JOB_PROCESSES:
-        out += f" --in-job-processes {CONFIG['in_job_processes']}"
-    if CONFIG["ab_runs"] != AB_RUNS:
-        out += f" --ab-runs {CONFIG['ab_runs']}"
+    if CONFIG["processes"] != COMPARISON_PROCESSES:
+        out += f" --processes {CONFIG['processes']}"
     if CONFIG["label"]:
         out += f" --label {CONFIG['label']}"
     if CONFIG["placements"]:
@@ -594,9 +581,18 @@ def _machine_lines(torch):
     ]
 
 
-def _verdict(found):
-    verdict, level = found["verdict"]
-    return f"{'**differ**' if verdict == 'differ' else verdict} ({100 * level:.1f}%)"
+def _verdict(comparison):
+    verdict = comparison["verdict"]
+    shown = f"**{verdict}**" if verdict == "differ" else verdict
+    return f"{shown} ({100 * comparison['level']:.1f}%)"
+
+
+def _points_or_na(value):
+    return "n/a" if value is None else f"{value:+.1f} points"
+
+
+def _values(values):
+    return "; ".join(fmt(v) for v in values) or "no pairs"
 
 
 def section(rows, skipped, steps):
@@ -608,67 +604,63 @@ def section(rows, skipped, steps):
         "",
         *_machine_lines(torch),
         f"- CPU affinity of every process: {_affinity()}",
-        f"- command: `python3 benchmarks/threading_cost.py --steps {steps}{options()}`",
-        f"- in the job: {CONFIG['in_job_processes']} processes of {steps} steps, rate 0.5, warm-up {WARMUP}, "
-        f"washout {DEFAULT_WASHOUT} "
-        "(the default), the interval over the processes; "
-        f"whole-run A/B: {CONFIG['ab_runs']} runs per mode, alternating, {AB_STEPS} "
-        f"steps each after {WARMUP} warm-up steps, the interval over the runs' medians",
+        f"- command: `python3 benchmarks/threading_cost.py --steps {steps}{options()}`, "
+        f"commit {doc_sections.commit()}",
+        f"- per model, {CONFIG['processes']} processes, each running both methods: in the job, "
+        f"{steps} steps, rate 0.5, warm-up {WARMUP}, washout {DEFAULT_WASHOUT} (the "
+        f"defaults); then the same-process A/B, {AB_ROUNDS} rounds of a block of "
+        f"{AB_BLOCK} passes per mode, alternating which goes first, the first pass of each "
+        "block untimed. Each method's value in a process is the median over its pairs of "
+        "(off - on) / on; its estimate, the median over the processes, with the interval "
+        "over the processes",
+        f"- the methods: each process's difference (in the job minus A/B), the median "
+        f"difference with its interval over the processes, and the equivalence verdict with "
+        f"a margin of {MARGIN:.0f} points (Note [Comparing two methods])",
         "",
         "| model | class | in the job: single-threaded backward | interval, coverage | pairs "
-        "| median on / off | whole-run A/B | interval, coverage | median on / off "
-        f"| the methods (within {MARGIN:.0f} points) | gradients |",
-        "| --- | --- | ---: | --- | ---: | --- | ---: | --- | --- | --- | --- |",
+        "| median on / off | same-process A/B | interval, coverage | median on / off "
+        "| in the job minus A/B | interval, coverage | the methods | gradients |",
+        "| --- | --- | ---: | --- | ---: | --- | ---: | --- | --- | ---: | --- | --- | --- |",
     ]
+
+    def ms(found):
+        if found["median_on_ms"] is None:
+            return "n/a"
+        return f"{found['median_on_ms']:.3f} / {found['median_off_ms']:.3f} ms"
+
     for r in rows:
-        ab, grads = r["ab"], r["grads"]
-        found = r["in_job"][DEFAULT_WASHOUT]
-        cost = found["cost"]
+        in_job, ab, comparison, grads = r["in_job"], r["ab"], r["comparison"], r["grads"]
         lines.append(
             f"| {r['description']} | {r['class']} "
-            f"| {fmt(cost['median_percent']) if cost else 'no pairs'} "
-            f"| {_interval(cost and cost['interval'])} | {cost['pairs'] if cost else 0} "
-            f"| {cost['median_on_ms']:.3f} / {cost['median_off_ms']:.3f} ms "
-            f"| {fmt(ab['percent'])} | {_interval(ab['interval'])} "
-            f"| {ab['median_on_ms']:.3f} / {ab['median_off_ms']:.3f} ms | {_verdict(found)} "
+            f"| {fmt(in_job['median']) if in_job['values'] else 'no pairs'} "
+            f"| {_interval(in_job['interval'])} | {in_job['pairs']} | {ms(in_job)} "
+            f"| {fmt(ab['median']) if ab['values'] else 'no pairs'} "
+            f"| {_interval(ab['interval'])} | {ms(ab)} "
+            f"| {_points_or_na(comparison['median'])} "
+            f"| {_interval(comparison['interval'])} | {_verdict(comparison)} "
             f"| {'bit-identical' if grads['identical'] else 'max abs difference %.3g' % grads['max_abs_difference']} |"
         )
     lines += [
         "",
-        "In the job without washout (each timed pass may follow a pass of the other mode):",
+        "Each process, in the job / same-process A/B:",
         "",
-        "| model | single-threaded backward | interval, coverage | pairs | median on / off "
-        "| against the A/B |",
-        "| --- | ---: | --- | ---: | --- | --- |",
+        "| model | in the job | same-process A/B | spread of the differences |",
+        "| --- | --- | --- | ---: |",
     ]
     for r in rows:
-        found = r["in_job"][0]
-        cost = found["cost"]
+        differences = [a - b for a, b in zip(r["in_job"]["values"], r["ab"]["values"])]
+        spread = statistics.stdev(differences) if len(differences) > 1 else float("nan")
         lines.append(
-            f"| {r['description']} | {fmt(cost['median_percent']) if cost else 'no pairs'} "
-            f"| {_interval(cost and cost['interval'])} | {cost['pairs'] if cost else 0} "
-            f"| {cost['median_on_ms']:.3f} / {cost['median_off_ms']:.3f} ms | {_verdict(found)} |"
+            f"| {r['description']} | {_values(r['in_job']['values'])} "
+            f"| {_values(r['ab']['values'])} | {spread:.1f} points (SD) |"
         )
-    lines += [
-        "",
-        "Each process of the in-job method alone (washout " f"{DEFAULT_WASHOUT}): its median pair",
-        "",
-        "| model | per process: single-threaded backward |",
-        "| --- | --- |",
-    ]
-    for r in rows:
-        cost = r["in_job"][DEFAULT_WASHOUT]["cost"]
-        cells = [fmt(p) for p in (cost or {}).get("per_process", [])]
-        lines.append(f"| {r['description']} | {'; '.join(cells) or 'no pairs'} |")
     lines.append("")
     for r in rows:
-        for washout, found in r["in_job"].items():
-            if found["discarded"] or found["other_classes"]:
-                lines.append(
-                    f"- {r['model']}, washout {washout}: pairs discarded "
-                    f"{found['discarded'] or 'none'}; pairs of other classes: "
-                    f"{found['other_classes'] or 'none'}"
-                )
+        if r["discarded"] or r["other_classes"]:
+            lines.append(
+                f"- {r['model']}: pairs discarded {r['discarded'] or 'none'}; pairs of other "
+                f"classes: {r['other_classes'] or 'none'}"
+            )
     for s in skipped:
         lines.append(f"- not measured: {s}")
     lines.append(f"<!-- /{marker()} -->")
@@ -681,27 +673,26 @@ Written by `benchmarks/threading_cost.py` on a machine with NVIDIA GPUs: how
 much slower each model's backward pass is with multithreading off
 (`torch.autograd.set_multithreading_enabled(False)`: every node on the calling
 thread) than with it on (each device's nodes on its device thread), measured
-by the library inside the job (pairs of sampled passes, `measure_threading()`)
-and by a whole-run A/B of the same program. Positive: single-threaded is
-slower.
+twice in each process: by the library inside the job (pairs of sampled
+passes, `measure_threading()`), then by an A/B of blocks of passes in each
+mode. Positive: single-threaded is slower.
 
-Both methods take the process (the run) as the sample: a process's state (the
-cores its threads run on, the GPU's clocks, its allocator) moves all of its
-passes together, so an interval over one process's passes says nothing of the
-next run. The in-job estimate is the median over processes of each one's
-median pair, with the fleet report's interval between order statistics of the
-processes and its exact coverage (Notes [What an interval is over] and
-[Intervals from order statistics] in
-`python/autograd_device_logging/cost_statistics.py`); the A/B interval comes
-from the order statistics of each mode's runs. The verdict on the two methods
-is "differ", "agree" (both intervals within the margin) or "inconclusive",
-at the level both intervals hold together (Note [Comparing two methods]):
-overlapping intervals are not agreement. The second table is the in-job
-method without the washout: there a timed pass may follow a pass of the other
-mode, which a whole run never does. The sections on where the threads ran
-(`--placements`) run the in-job method free, on one CPU and on two, and take
-each process's placement from its record (Note [Where the measured threads
-ran]).
+Both methods give a process the same kind of value, the median over its
+pairs of (off - on) / on, and take the process as the sample: a process's
+state (the cores its threads run on, the GPU's clocks, its allocator) moves
+all of its passes together, so an interval over one process's passes says
+nothing of the next run. Each estimate is the median over processes, with
+the fleet report's interval between order statistics of the processes and
+its exact coverage (Notes [What an interval is over] and [Intervals from
+order statistics] in `python/autograd_device_logging/cost_statistics.py`).
+The methods are compared through each process's difference between them:
+the median difference, its interval, and an equivalence verdict, "agree"
+(the interval within the margin), "differ" (wholly beyond it) or
+"inconclusive" (Note [Comparing two methods]). The power section simulates
+how often that verdict finds a 20-point gap and passes none. The sections
+on where the threads ran (`--placements`) run the in-job method free, on one
+CPU and on two, and take each process's placement from its record (Note
+[Where the measured threads ran]).
 
 """
 
@@ -720,8 +711,9 @@ def main():
         choices=sorted(MODELS),
         help="only these models, into a section of their own",
     )
-    parser.add_argument("--in-job-processes", type=int, default=IN_JOB_PROCESSES)
-    parser.add_argument("--ab-runs", type=int, default=AB_RUNS, help="runs per mode")
+    parser.add_argument(
+        "--processes", type=int, default=COMPARISON_PROCESSES, help="processes per model"
+    )
     parser.add_argument(
         "--label", help="a name for the section, for a run under other conditions (taskset -c 5)"
     )
@@ -739,8 +731,7 @@ def main():
     args = parser.parse_args()
     CONFIG.update(
         models=args.models,
-        in_job_processes=args.in_job_processes,
-        ab_runs=args.ab_runs,
+        processes=args.processes,
         label=args.label,
         placements=args.placements,
         power=args.power,
@@ -748,9 +739,7 @@ def main():
     if args.child:
         kind, name, *rest = args.child
         if kind == "in-job":
-            child_in_job(name, int(rest[0]), int(rest[1]))
-        elif kind == "ab":
-            child_ab(name, int(rest[0]), rest[1] == "on")
+            child_in_job(name, int(rest[0]), int(rest[1]), int(rest[2]))
         else:
             child_grads(name)
         return

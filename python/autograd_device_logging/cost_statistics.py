@@ -195,54 +195,46 @@ def over_jobs(job_summaries: List[dict], classes: Sequence[str]) -> Optional[dic
 
 # Note [Comparing two methods]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-# benchmarks/threading_cost.py measures the cost twice: in the job (the
-# median over processes of each one's median pair ratio) and by a whole-run
-# A/B (the ratio of the median run of each mode). The two estimate different
-# things, so they are compared through intervals that each cover their own
-# target at a stated level: the in-job one over processes, and the A/B one
-# from the order-statistic intervals of the two modes' median runs, which
-# together cover (off - on) / on at no less than the sum of their levels
-# less 1. With both intervals holding, at no less than the sum of the two
-# levels less 1:
-# - "differ": the intervals do not overlap, so the targets differ;
-# - "agree": the two intervals fit within `margin` points, so the targets
-#   are within `margin` of each other;
-# - otherwise "inconclusive": the data cannot say. Overlapping intervals are
-#   not agreement: at 4 processes and 4 runs they overlap for most 20-point
-#   gaps. test/test_cost_statistics.py simulates how often each verdict comes
-#   at the benchmark's size for gaps of 0, 10 and 20 points.
-def ab_interval(off: Sequence[float], on: Sequence[float]) -> Optional[dict]:
-    """The interval of (median(off) - median(on)) / median(on) in percent,
-    from each mode's runs (Note [Comparing two methods]); None with fewer
-    than two runs in a mode."""
-    found_off, found_on = order_statistic_interval(len(off)), order_statistic_interval(len(on))
-    if found_off is None or found_on is None:
-        return None
-    k_off, level_off = found_off
-    k_on, level_on = found_on
-    off, on = sorted(off), sorted(on)
-    off_low, off_high = off[k_off - 1], off[len(off) - k_off]
-    on_low, on_high = on[k_on - 1], on[len(on) - k_on]
-    level = level_off + level_on - 1.0
+# benchmarks/threading_cost.py measures the cost twice in each process: in
+# the job (the measurement's pairs of sampled passes) and by an A/B in the
+# same process (blocks of passes with multithreading on and off, the k-th
+# timed pass of an off block paired with the k-th of the on block next to
+# it). Both go through process_value(), so both estimate the same quantity:
+# the process's median over pairs of (off - on) / on. A process's placement
+# and clocks move both of its values together, so the comparison is over the
+# processes' differences (in-job minus A/B, in points): the median
+# difference, with the interval between order statistics of the processes
+# (Note [Intervals from order statistics]), which covers the median
+# difference at its stated level. The verdict is an equivalence test with
+# margin m:
+# - "agree": the interval lies inside (-m, +m);
+# - "differ": the interval lies outside [-m, +m], wholly on one side;
+# - otherwise "inconclusive": the data cannot say.
+# Each wrong verdict needs the interval to miss the median difference, so
+# neither comes more often than 1 - level. The benchmark's margin is half the
+# gap it must find (20 points), so that finding the gap and passing no gap
+# are equally hard. test/test_cost_statistics.py simulates both errors, and
+# the power at the benchmark's size; the benchmark's --power tabulates it by
+# the spread of the differences.
+def compare_methods(differences: Sequence[float], margin: float) -> dict:
+    """The verdict on two methods from each unit's difference between them,
+    in points (Note [Comparing two methods]): {"median": the median
+    difference, "interval": median_interval() of the differences or None,
+    "verdict": "agree", "differ" or "inconclusive", "level": the level the
+    verdict holds at (0.0 without an interval), "margin": `margin`}."""
+    interval = median_interval(list(differences), "processes")
+    verdict, level = "inconclusive", 0.0
+    if interval is not None:
+        low, high = interval["percent"]
+        level = interval["level"]
+        if -margin < low and high < margin:
+            verdict = "agree"
+        elif high < -margin or low > margin:
+            verdict = "differ"
     return {
-        "percent": [100.0 * (off_low - on_high) / on_high, 100.0 * (off_high - on_low) / on_low],
+        "median": median(differences) if differences else None,
+        "interval": interval,
+        "verdict": verdict,
         "level": level,
-        "meets_level": level >= LEVEL,
-        "units": len(off) + len(on),
-        "over": "runs",
+        "margin": margin,
     }
-
-
-def compare(first: Optional[dict], second: Optional[dict], margin: float) -> Tuple[str, float]:
-    """The verdict on two intervals (Note [Comparing two methods]): "differ",
-    "agree" (within `margin` points) or "inconclusive", and the level it holds
-    at; ("inconclusive", 0.0) when either interval is missing."""
-    if first is None or second is None:
-        return "inconclusive", 0.0
-    level = max(0.0, first["level"] + second["level"] - 1.0)
-    (low1, high1), (low2, high2) = first["percent"], second["percent"]
-    if high1 < low2 or high2 < low1:
-        return "differ", level
-    if max(high1, high2) - min(low1, low2) <= margin:
-        return "agree", level
-    return "inconclusive", level
