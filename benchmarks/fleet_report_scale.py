@@ -398,9 +398,10 @@ def write(args, rows, duckdb_version):
             "its own reader, and `docs/fleet-report.sql` stays the query for those who already "
             "run DuckDB.",
         ]
-    lines.append("")
-    with open(args.output, "w") as f:
-        f.write("\n".join(lines))
+    doc_sections.write_whole(
+        args.output,
+        "\n".join(["<!-- fleet-report-scale -->", *lines, "<!-- /fleet-report-scale -->"]),
+    )
     print("\n".join(lines))
 
 

@@ -153,7 +153,8 @@ def main():
         "## Wall clock on GPUs, one process",
         "",
         f"Written by `python3 benchmarks/gpu_wall_clock.py` on "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, on a machine with "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit "
+        f"{doc_sections.commit()}, on a machine with "
         f"NVIDIA GPUs ({names}), torch {torch.__version__}.",
         "",
         f"Each model ran {args.passes} backward passes with classification and {args.passes} "

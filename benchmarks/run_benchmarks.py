@@ -33,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 
+import doc_sections
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -166,7 +168,7 @@ def machine():
                 break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()}"
 
 
 def pct(new, base):
@@ -229,7 +231,7 @@ def main():
     w(
         f"Written by `python3 benchmarks/run_benchmarks.py{' --quick' if args.quick else ''}"
         f"{' --no-upstream' if args.no_upstream else ''}` on "
-        f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC."
+        f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, commit {doc_sections.commit()}."
     )
     w("")
     w(f"- machine: {machine()}")
@@ -458,15 +460,19 @@ def main():
     lines[4:4] = ["## Verdicts", ""] + [f"- {v}" for v in verdicts] + [""]
     # The sections of benchmarks/gpu_wall_clock.py (on a machine with NVIDIA
     # GPUs) and benchmarks/threading_measurement_overhead.py; keep them.
+    kept = []
     if os.path.exists(args.output):
         old = open(args.output).read()
         for marker in ("gpu-wall-clock", "threading-measurement-overhead"):
-            kept = re.search(r"<!-- %s -->.*?<!-- /%s -->\n?" % (marker, marker), old, re.S)
-            if kept:
-                lines += ["", kept.group(0)]
+            found = re.search(r"<!-- %s -->.*?<!-- /%s -->\n?" % (marker, marker), old, re.S)
+            if found:
+                kept.append(found.group(0))
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        f.write("\n".join(lines))
+    doc_sections.write_whole(
+        args.output,
+        "\n".join(["<!-- performance -->", *lines, "<!-- /performance -->"]),
+        "\n".join(kept),
+    )
     print("\n".join(lines))
     print(f"\nwritten to {args.output}")
 

@@ -500,7 +500,8 @@ def placement_section(rows, steps):
         f"## Where the threads ran, measured {datetime.date.today().isoformat()}",
         "",
         *_machine_lines(torch),
-        f"- command: `python3 benchmarks/threading_cost.py --steps {steps}{options()}`",
+        f"- command: `python3 benchmarks/threading_cost.py --steps {steps}{options()}`, "
+        f"commit {doc_sections.commit()}",
         f"- in the job: {CONFIG['processes']} processes of {steps} steps per placement, "
         f"rate 0.5, warm-up {WARMUP}, washout {DEFAULT_WASHOUT}; free: {_affinity()}",
         "",

@@ -125,7 +125,8 @@ def main():
         "## The threading-cost measurement's cost on passes it does not sample",
         "",
         f"Written by `python3 benchmarks/threading_measurement_overhead.py --passes {args.passes}` "
-        f"on {datetime.date.today().isoformat()}: {platform.processor() or platform.machine()}, "
+        f"on {datetime.date.today().isoformat()}, commit {doc_sections.commit()}: "
+        f"{platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, torch {version}. Median wall time of `loss.backward()` per pass "
         "(microseconds), one process per setting; in parentheses, the difference from `off`.",
         "",

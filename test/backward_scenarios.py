@@ -16,12 +16,14 @@ and the events those devices would give (docs/semantics.md).
     python test/backward_scenarios.py --seeds 0:2400 [--devices cuda] [--executed]
     python test/backward_scenarios.py --show SEED
 
-prints one JSON object per scenario: seed, events, error, and with
---executed, executed_events. With --with-library the package (on PYTHONPATH)
+prints one JSON object per scenario: seed, events, error, code_sha256 (what
+the recorded answers name its program by), kind ("full" or "partial": a pass
+over part of the graph), and with --executed, executed_events. With --with-library the package (on PYTHONPATH)
 is imported before torch and must be active.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -55,6 +57,9 @@ class MultiDeviceOutputs(torch.autograd.Function):
 '''
 
 ACCELERATOR_DEVICES = ("cpu", "d0", "d1")
+ACCELERATOR_MODULE = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "autograd_test_accelerator.py"
+)
 
 
 class _Writer:
@@ -192,9 +197,14 @@ def generate(seed):
 def device_setup(devices):
     if devices == "cuda":
         return 'cpu, d0, d1 = torch.device("cpu"), torch.device("cuda", 0), torch.device("cuda", 1)'
+    # The test accelerator's module from its file (ACCELERATOR_MODULE), so
+    # that the program runs from anywhere without changing sys.path.
     return (
-        "sys.path.insert(0, TEST_DIR)  # this repository's test/\n"
-        "import autograd_test_accelerator\n\n"
+        "import importlib.util\n\n"
+        'spec = importlib.util.spec_from_file_location("autograd_test_accelerator", '
+        "ACCELERATOR_MODULE)\n"
+        "autograd_test_accelerator = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(autograd_test_accelerator)\n"
         'cpu = torch.device("cpu")\n'
         "d0, d1 = autograd_test_accelerator.load()"
     )
@@ -205,7 +215,7 @@ def program_text(code, devices="testaccel"):
     return (
         "# PYTORCH_API_USAGE_STDERR=1 python this.py\n"
         "import sys\n\nimport torch\n\n"
-        + device_setup(devices).replace("TEST_DIR", repr(os.path.dirname(__file__)))
+        + device_setup(devices).replace("ACCELERATOR_MODULE", repr(ACCELERATOR_MODULE))
         + '\nmeta = torch.device("meta")\n\n'
         + PRELUDE
         + "\n\n"
@@ -390,39 +400,17 @@ def run_scenarios_in_workers(torch, namespace, scenarios, jobs, library):
         yield answers.get(seed, {"seed": seed, "events": [], "error": "no answer"})
 
 
-SHORT = {EVENTS[0]: "multidevice", EVENTS[1]: "gpu_cpu"}
+def code_hash(code):
+    """What the recorded answers name a scenario's program by."""
+    return hashlib.sha256(code.encode()).hexdigest()[:16]
 
 
-def run_corpus_with(python, build_dir, count, with_library):
-    """Runs scenarios 0..count-1 with --executed under another interpreter
-    (for the tools that record and compare answers); the answers, with the
-    events by their short names."""
-    import subprocess
-
-    env = dict(
-        os.environ,
-        AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=build_dir,
-        PYTORCH_API_USAGE_STDERR="1",
-        PYTHONDONTWRITEBYTECODE="1",
-    )
-    for name in ("LD_PRELOAD", "PYTHONPATH", "AUTOGRAD_DEVICE_LOGGING_LIBRARY"):
-        env.pop(name, None)
-    if with_library:
-        env["PYTHONPATH"] = os.path.join(build_dir, "python")
-    out = subprocess.run(
-        [python, os.path.abspath(__file__), f"--seeds=0:{count}", "--executed"]
-        + (["--with-library"] if with_library else []),
-        env=env,
-        check=True,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    ).stdout
-    answers = [json.loads(line) for line in out.splitlines()]
-    for answer in answers:
-        for key in ("events", "executed_events"):
-            answer[key] = [SHORT[e] for e in answer[key]]
-    return answers
+def kind(code):
+    """ "partial" for a scenario with a pass over part of the graph
+    (autograd.grad, or backward with inputs=), else "full"."""
+    if "torch.autograd.grad(" in code or "inputs=" in code:
+        return "partial"
+    return "full"
 
 
 def main(argv=None):
@@ -440,6 +428,9 @@ def main(argv=None):
     )
     parser.add_argument("--show", type=int, metavar="SEED", help="print one scenario as code")
     parser.add_argument(
+        "--generator-version", action="store_true", help="print GENERATOR_VERSION and exit"
+    )
+    parser.add_argument(
         "--programs",
         metavar="FILE",
         help="JSON list of {seed, code} to run instead of generating --seeds",
@@ -447,6 +438,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.show is not None:
         print(program_text(generate(args.show), args.devices))
+        return 0
+    if args.generator_version:
+        print(GENERATOR_VERSION)
         return 0
     if args.devices == "testaccel":
         # The test accelerator never shares a process with real CUDA devices,
@@ -461,7 +455,7 @@ def main(argv=None):
     if library is not None and library.status().disabled_reason:
         raise SystemExit(f"autograd_device_logging is disabled: {library.status().disabled_reason}")
 
-    namespace = {"torch": torch, "sys": sys, "TEST_DIR": os.path.dirname(__file__)}
+    namespace = {"torch": torch, "sys": sys, "ACCELERATOR_MODULE": ACCELERATOR_MODULE}
     exec(device_setup(args.devices) + '\nmeta = torch.device("meta")\n' + PRELUDE, namespace)
     # What scenarios import lazily (checkpoint and meta kernels go through
     # torch._dynamo's import), imported once here rather than in each child.
@@ -479,7 +473,10 @@ def main(argv=None):
         answers = run_scenarios_in_workers(torch, namespace, scenarios, args.jobs, library)
     else:
         answers = run_scenarios(torch, namespace, scenarios, args.jobs, args.executed, library)
+    codes = dict(scenarios)
     for answer in answers:
+        code = codes[answer["seed"]]
+        answer.update(code_sha256=code_hash(code), kind=kind(code))
         print(json.dumps(answer), flush=True)
     return 0
 

@@ -7,15 +7,9 @@ activation is safe to call twice, and the package's finder cannot break
 package on PYTHONPATH.
 """
 
-import os
-import sys
 
+from common_device_logging import LIBRARY, require_built, run_child
 from torch.testing._internal.common_utils import TestCase, run_tests
-
-TEST_DIR = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, TEST_DIR)
-
-from test_autograd_device_logging import LIBRARY, require_built, run_child  # noqa: E402
 
 # What the process has mapped, printed after `label`.
 MAPS = """

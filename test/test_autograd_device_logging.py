@@ -15,14 +15,27 @@ import tempfile
 import textwrap
 import unittest
 
+from common_device_logging import (
+    ACCELERATOR_LIBRARY,
+    BUILD_DIR,
+    EVENTS,
+    EXIT_NOW,
+    IMPORT_TEST_ACCELERATOR,
+    LIBRARY,
+    PACKAGE_ROOT,
+    SANITIZER_PRELOAD,
+    TORCH_LOGS_EVENTS,
+    WITH_TEST_ACCELERATOR,
+    autograd_events,
+    require_built,
+    run_child,
+    run_code,
+    skip_where_torch_logs_events,
+)
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD_DIR = os.environ.get("AUTOGRAD_DEVICE_LOGGING_BUILD_DIR", os.path.join(REPO, "build"))
-PACKAGE_ROOT = os.path.join(BUILD_DIR, "python")
-LIBRARY = os.path.join(PACKAGE_ROOT, "autograd_device_logging", "libautograd_device_logging.so")
 OTHER_TORCH_LIBRARY = os.path.join(
     BUILD_DIR, "test", "for_other_torch", "libautograd_device_logging.so"
 )
@@ -51,22 +64,6 @@ LATE_IMPORT_WARNING = (
 LOOKUP_ORDER_WARNING = (
     "autograd_device_logging is loaded, but the first Engine::compute_dependencies"
 )
-EVENTS = ("torch.autograd.multidevice_backward", "torch.autograd.gpu_cpu_backward")
-# Note [Where torch logs the events itself] (C++): builds against torch 2.14
-# or later classify as on earlier releases but leave the logging to torch,
-# which logs the events whatever this library does. Only the cases about
-# what is logged without this library (stock torch, the off switch, a
-# library that is disabled or cannot load) have nothing of the library's to
-# check there (Note [The events' tests where torch logs them itself], C++).
-TORCH_LOGS_EVENTS = torch.torch_version.TorchVersion(torch.__version__) >= "2.14"
-skip_where_torch_logs_events = unittest.skipIf(
-    TORCH_LOGS_EVENTS,
-    "torch >= 2.14 logs the events itself, with or without this library: what is "
-    "logged without it is not this library's to check there",
-)
-# Set by `tools/run_sanitizers.sh address` to the ASan runtime, which has to
-# come first in every child that loads the instrumented library.
-SANITIZER_PRELOAD = os.environ.get("AUTOGRAD_DEVICE_LOGGING_TEST_PRELOAD", "")
 
 # A CPU-only model whose gradients the cases compare bitwise.
 CPU_MODEL = """
@@ -86,74 +83,6 @@ s = dataclasses.asdict(adl.status())
 s["events_raised"] = sorted(s["events_raised"])
 print("STATUS " + json.dumps(s))
 """
-
-
-def autograd_events(stderr):
-    """The autograd device events a child printed, in order."""
-    return [
-        line.split()[1]
-        for line in stderr.splitlines()
-        if line.startswith("PYTORCH_API_USAGE torch.autograd.") and line.split()[1] in EVENTS
-    ]
-
-
-def require_built(test, *paths):
-    for path in paths:
-        if not os.path.exists(path):
-            test.fail(f"{path} is missing: build the project first (README)")
-
-
-class ChildResult:
-    def __init__(self, proc):
-        self.returncode = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
-        self.events = autograd_events(proc.stderr)
-        self.status = None
-        for line in proc.stdout.splitlines():
-            if line.startswith("STATUS "):
-                self.status = json.loads(line[len("STATUS ") :])
-
-
-def run_child(args, env_extra=None, with_package=True, stdin_code=None):
-    env = dict(os.environ)
-    env["PYTORCH_API_USAGE_STDERR"] = "1"
-    env.pop("LD_PRELOAD", None)
-    env.pop("AUTOGRAD_DEVICE_LOGGING_LIBRARY", None)
-    if with_package:
-        env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    for key, value in (env_extra or {}).items():
-        if value is None:
-            env.pop(key, None)  # unset, not empty
-        else:
-            env[key] = value
-    if SANITIZER_PRELOAD:
-        env["LD_PRELOAD"] = ":".join(filter(None, (SANITIZER_PRELOAD, env.get("LD_PRELOAD"))))
-    proc = subprocess.run(
-        [sys.executable, *args],
-        env=env,
-        input=stdin_code,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return ChildResult(proc)
-
-
-# Note [Children skip interpreter finalization]
-# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-# Stock PyTorch can abort at interpreter exit when an autograd device thread
-# is still starting up and asks for the GIL while Python finalizes ("terminate
-# called without an active exception"; seen with and without this library on
-# the test accelerator). Children therefore flush and leave with os._exit, so
-# that a test's verdict is about the backward passes, not that race.
-EXIT_NOW = (
-    "\nimport os as _os, sys as _sys\n_sys.stdout.flush(); _sys.stderr.flush(); _os._exit(0)\n"
-)
-
-
-def run_code(code, **kwargs):
-    return run_child(["-c", textwrap.dedent(code) + EXIT_NOW], **kwargs)
 
 
 class TestAutogradDeviceLogging(TestCase):
@@ -415,25 +344,6 @@ class TestAutogradDeviceLogging(TestCase):
             "build of the same release.",
         )
 
-
-TEST_DIR = os.path.dirname(os.path.abspath(__file__))
-ACCELERATOR_LIBRARY = os.path.join(BUILD_DIR, "test", "libautograd_test_accelerator.so")
-
-# Child prologue: the library first, then torch and the test accelerator.
-# How soon after the first pass, an event or a measured pair the record is on
-# disk (kRecordOnDiskWithin, Note [The record is written off the backward
-# path], record_writer.h), and how long exit waits for it at most
-# (kRecordWriteWaitLimit).
-RECORD_ON_DISK_WITHIN_S = 1.0
-RECORD_WRITE_WAIT_LIMIT_S = 2.0
-
-WITH_TEST_ACCELERATOR = f"""
-import autograd_device_logging, sys
-sys.path.insert(0, {TEST_DIR!r})
-import torch
-import autograd_test_accelerator
-d0, d1 = autograd_test_accelerator.load()
-"""
 
 # A small MLP split across testaccel:0, testaccel:1 and the CPU, run on the
 # devices and on the CPU alone; prints the largest gradient difference.
@@ -753,9 +663,8 @@ class TestWithTestAccelerator(TestCase):
             result = run_code(
                 f"""
                 import autograd_device_logging, os, signal, sys
-                sys.path.insert(0, {TEST_DIR!r})
                 import torch
-                import autograd_test_accelerator
+                {IMPORT_TEST_ACCELERATOR}
                 x = torch.ones(3, requires_grad=True)
                 y = (x * 2).sum()
 
@@ -919,8 +828,7 @@ class TestDeviceStats(TestCase):
                             x = torch.ones(2, requires_grad=True)
                             (x * 2).sum().backward()
                     else:
-                        sys.path.insert(0, {TEST_DIR!r})
-                        import autograd_test_accelerator
+                        {IMPORT_TEST_ACCELERATOR}
                         d0, d1 = autograd_test_accelerator.load()
                         x = torch.ones(2, requires_grad=True)
                         (x.to(d0) * 2).sum().backward()

@@ -10,22 +10,11 @@ in a fresh interpreter and checks its exit code and its whole stderr.
 import json
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 import textwrap
 
+from common_device_logging import LIBRARY, PACKAGE_ROOT, require_built, run_child
 from torch.testing._internal.common_utils import TestCase, run_tests
-
-TEST_DIR = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, TEST_DIR)
-
-from test_autograd_device_logging import (  # noqa: E402
-    LIBRARY,
-    PACKAGE_ROOT,
-    require_built,
-    run_child,
-)
 
 LAUNCHER = ["-m", "autograd_device_logging"]
 # Quiet children: without torch's API-usage lines, stderr holds only what

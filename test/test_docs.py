@@ -4,6 +4,7 @@ imported): a README that fits on a screen, links that resolve, tables of the
 source files that name every one, and every cited Note defined somewhere."""
 
 import glob
+import importlib.util
 import os
 import re
 import subprocess
@@ -12,6 +13,31 @@ from torch.testing._internal.common_utils import TestCase, run_tests
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README_MAX_LINES = 200
+# The files of docs/ whose figures come from scripts (Note [A generated
+# section carries its stamp], benchmarks/doc_sections.py): each holds at
+# least one stamped section. The rest of docs/ is prose.
+GENERATED = (
+    "fleet-report-scale.md",
+    "gpu-verification.md",
+    "performance.md",
+    "semantics.md",
+    "soak.md",
+    "startup.md",
+    "threading-cost.md",
+    "torch-versions.md",
+    "usage.md",
+)
+
+
+def doc_sections():
+    """benchmarks/doc_sections.py, loaded from its file (benchmarks/ is not
+    a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "adl_doc_sections", os.path.join(REPO, "benchmarks", "doc_sections.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def read(path):
@@ -69,6 +95,30 @@ class TestDocs(TestCase):
             name = os.path.basename(path)
             if name.endswith((".h", ".cpp", ".py")):
                 self.assertIn(name, named, f"docs/internals.md does not name {name}")
+
+    def test_no_generated_section_was_edited_by_hand(self):
+        sections = doc_sections()
+        for path in sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))):
+            text = read(path)
+            name = os.path.basename(path)
+            self.assertEqual(sections.stamp_problems(text), [], f"docs/{name}: re-run its script")
+            if name in GENERATED:
+                self.assertGreater(len(list(sections.sections(text))), 0, name)
+
+    def test_a_stamp_catches_an_edit(self):
+        sections = doc_sections()
+        section = sections.stamped("<!-- s -->\n| model | +1.0% |\n<!-- /s -->\n")
+        self.assertEqual(sections.stamp_problems(section), [])
+        # One figure typed over, one line added, the stamp removed.
+        for edited in (
+            section.replace("+1.0%", "+1.5%"),
+            section.replace("| model", "by hand\n| model"),
+            "\n".join(l for l in section.split("\n") if "sha256" not in l),
+        ):
+            self.assertEqual(len(sections.stamp_problems(edited)), 1, edited)
+        # Re-stamping what a script writes again is what makes it pass.
+        again = sections.stamped(section.replace("+1.0%", "+1.5%"))
+        self.assertEqual(sections.stamp_problems(again), [])
 
     def test_every_cited_note_is_defined(self):
         defined, cited = set(), {}

@@ -17,21 +17,15 @@ import subprocess
 import sys
 import unittest
 
+from common_device_logging import BUILD_DIR, LIBRARY, OTHER_RUNTIME_LIBRARY, REPO, require_built
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 import torch
-
-TEST_DIR = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, TEST_DIR)
-
-from test_autograd_device_logging import BUILD_DIR, LIBRARY, REPO, require_built  # noqa: E402
 
 # The library as -static-libstdc++ -static-libgcc builds it (test/CMakeLists.txt).
 STATIC_RUNTIME_LIBRARY = os.path.join(
     BUILD_DIR, "test", "static_cxx_runtime", "libautograd_device_logging.so"
 )
-# Another C++ runtime: libstdc++ linked in statically and exported.
-OTHER_RUNTIME_LIBRARY = os.path.join(BUILD_DIR, "test", "libadl_test_other_cxx_runtime.so")
 # Installed with the library (CMakeLists.txt): the C++ API.
 PUBLIC_HEADERS = [
     os.path.join(REPO, "torch", "csrc", "autograd", name)

@@ -7,36 +7,30 @@ Processes write their records into a shared directory
 """
 
 import collections
-import importlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
-import types
 
 import jsonschema
-from torch.testing._internal.common_utils import TestCase, run_tests
-
-TEST_DIR = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, TEST_DIR)
-
-from test_autograd_device_logging import (  # noqa: E402
+from common_device_logging import (
     ACCELERATOR_LIBRARY,
     BUILD_DIR,
     LIBRARY,
-    PACKAGE_ROOT,
+    RECORD_SCHEMA,
     WITH_TEST_ACCELERATOR,
+    child_env,
+    known_values_outside_the_schema,
+    report_modules,
     require_built,
+    synthetic_record,
 )
+from torch.testing._internal.common_utils import TestCase, run_tests
 
-RECORD_SCHEMA_PATH = os.path.join(os.path.dirname(TEST_DIR), "schema", "process_record.schema.json")
-with open(RECORD_SCHEMA_PATH) as _f:
-    RECORD_SCHEMA = json.load(_f)
 MULTIDEVICE = "torch.autograd.multidevice_backward"
 GPU_CPU = "torch.autograd.gpu_cpu_backward"
 
@@ -65,123 +59,6 @@ x = torch.ones(3, requires_grad=True)
 (x * 2).sum().backward()
 (x * 3).sum().backward()
 """
-
-
-def synthetic_record(**fields):
-    """A valid record of schema 2.0 (what the library writes), with `fields`
-    replacing its own."""
-    record = {
-        "schema": "2.0",
-        "time": "2026-12-01T10:00:00Z",
-        "start_time": "2026-12-01T09:00:00Z",
-        "written_at": "exit",
-        "host": "h",
-        "pid": 1,
-        "program": "train.py",
-        "job": "j",
-        "job_source": "AUTOGRAD_DEVICE_LOGGING_JOB",
-        "role": "other",
-        "rank": None,
-        "local_rank": None,
-        "world_size": None,
-        "torch": {"built_for": "2.13.0", "running": "2.13.0"},
-        "library_version": "0.1.0",
-        "activated_by": "on torch import",
-        "accelerators": {"cuda": 2},
-        "events": [],
-        "events_logged_by": "library",
-        "ran_backward": True,
-        "passes_classified": 3,
-        "pass_classes": None,
-        "disabled_reason": None,
-    }
-    record.update(fields)
-    return record
-
-
-def known_values_outside_the_schema(record):
-    """The values of `record`'s enumerated fields that the schema does not
-    list as known. Readers accept any string there (a newer minor version may
-    add values: Note [A newer minor version adds fields and values]), so this
-    is what holds the library, which writes the current version, to the
-    schema's vocabulary."""
-    properties = RECORD_SCHEMA["properties"]
-    outside = []
-
-    def check(where, value, known):
-        if value not in known:
-            outside.append(f"{where}={value!r}")
-
-    for field in ("written_at", "job_source", "role", "events_logged_by"):
-        if field in record:
-            check(field, record[field], properties[field]["examples"])
-    for event in record.get("events", []):
-        check("events", event, properties["events"]["items"]["examples"])
-    classes = properties["pass_classes"]["anyOf"][0]["required"]
-    for device_class in record.get("pass_classes") or {}:
-        check("pass_classes", device_class, classes)
-    for device_class in (record.get("threading_cost") or {}).get("pairs", {}):
-        check("threading_cost.pairs", device_class, classes)
-    return outside
-
-
-def only_record(test, directory):
-    """The one record in `directory`, checked against the schema, every
-    enumerated value among the schema's known ones."""
-    names = [n for n in os.listdir(directory) if n.endswith(".json")]
-    test.assertEqual(len(names), 1, names)
-    with open(os.path.join(directory, names[0])) as f:
-        record = json.load(f)
-    jsonschema.validate(record, RECORD_SCHEMA)
-    test.assertEqual(known_values_outside_the_schema(record), [])
-    return record
-
-
-REPORT_MODULES = (
-    "record_fields",
-    "record_decoder",
-    "record_reader",
-    "fleet_totals",
-    "cost_statistics",
-    "report_text",
-    "report_plot",
-    "fleet_report",
-)
-
-
-def report_modules():
-    """The report's modules, by name, imported under a stand-in for the
-    package that shares its directory but never runs its __init__ (which,
-    in a process that imported torch, would load the library)."""
-    name = "adl_report_only"
-    package = sys.modules.get(name)
-    if package is None:
-        package = types.ModuleType(name)
-        package.__path__ = [os.path.join(PACKAGE_ROOT, "autograd_device_logging")]
-        sys.modules[name] = package
-    return types.SimpleNamespace(
-        **{m: importlib.import_module(f"{name}.{m}") for m in REPORT_MODULES}
-    )
-
-
-def child_env(report_dir, **extra):
-    env = dict(os.environ)
-    for name in (
-        "LD_PRELOAD",
-        "AUTOGRAD_DEVICE_LOGGING_LIBRARY",
-        "AUTOGRAD_DEVICE_LOGGING_STATS",
-        "PYTORCH_AUTOGRAD_DEVICE_STATS",
-    ):
-        env.pop(name, None)
-    env.update(
-        PYTHONPATH=PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", ""),
-        AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=BUILD_DIR,
-        AUTOGRAD_DEVICE_LOGGING_REPORT_DIR=report_dir,
-        CUDA_VISIBLE_DEVICES="",
-        OMP_NUM_THREADS="1",
-    )
-    env.update(extra)
-    return env
 
 
 def report(report_dir, *args):

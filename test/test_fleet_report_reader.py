@@ -9,7 +9,6 @@ tests write nothing into the checkout.
 """
 
 import atexit
-import collections
 import importlib.util
 import json
 import os
@@ -24,19 +23,18 @@ import hypothesis
 import hypothesis.configuration
 import hypothesis.strategies as st
 import jsonschema
-from torch.testing._internal.common_utils import TestCase, run_tests
-
-TEST_DIR = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, TEST_DIR)
-
-from test_autograd_device_logging import LIBRARY, PACKAGE_ROOT, require_built  # noqa: E402
-from test_fleet_report import (  # noqa: E402
+from common_device_logging import (
+    LIBRARY,
+    PACKAGE_ROOT,
     RECORD_SCHEMA,
+    TEST_DIR,
     child_env,
     known_values_outside_the_schema,
     report_modules,
+    require_built,
     synthetic_record,
 )
+from torch.testing._internal.common_utils import TestCase, run_tests
 
 # Hypothesis keeps caches (its Unicode tables) in ./.hypothesis unless told
 # otherwise: tests write nothing into the checkout.

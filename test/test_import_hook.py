@@ -12,26 +12,23 @@ import glob
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import textwrap
 
-from torch.testing._internal.common_utils import TestCase, run_tests
-
-TEST_DIR = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, TEST_DIR)
-
-from test_autograd_device_logging import (  # noqa: E402
+from common_device_logging import (
     ACCELERATOR_LIBRARY,
     BUILD_DIR,
     EVENTS,
+    IMPORT_TEST_ACCELERATOR,
     LIBRARY,
+    OTHER_RUNTIME_LIBRARY,
     TORCH_LOGS_EVENTS,
     autograd_events,
+    build_wheel,
+    fresh_venv,
     skip_where_torch_logs_events,
 )
-from test_exported_symbols import OTHER_RUNTIME_LIBRARY  # noqa: E402
-from test_packaging import build_wheel, fresh_venv  # noqa: E402
+from torch.testing._internal.common_utils import TestCase, run_tests
 
 # An unmodified training step on the test accelerator: torch first, and
 # nothing of this package, then what the process has mapped and how the
@@ -39,9 +36,8 @@ from test_packaging import build_wheel, fresh_venv  # noqa: E402
 TORCH_FIRST_SCRIPT = f"""
 import sys
 sys.dont_write_bytecode = True  # python -I ignores PYTHONDONTWRITEBYTECODE
-sys.path.insert(0, {TEST_DIR!r})
 import torch
-import autograd_test_accelerator
+{IMPORT_TEST_ACCELERATOR}
 
 d0, d1 = autograd_test_accelerator.load()
 a = torch.ones(4, requires_grad=True)

@@ -11,17 +11,13 @@
   run.
 """
 
-import atexit
-import functools
-import glob
 import os
 import shutil
-import subprocess
 import sys
-import sysconfig
 import tempfile
 import unittest
 
+from common_device_logging import build_wheel, fresh_venv, new_venv, run, shared_source
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 import torch
@@ -29,60 +25,6 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_DIR = os.environ.get("AUTOGRAD_DEVICE_LOGGING_BUILD_DIR", os.path.join(REPO, "build"))
 TORCH_VERSION = torch.__version__.split("+")[0]
-
-
-def copy_of_sources(dest):
-    """The project's sources without build outputs or VCS data. pip builds a
-    local project in place (setuptools writes build/ and *.egg-info/ there),
-    so every pip test builds from such a copy and never writes into the
-    checkout."""
-    shutil.copytree(
-        REPO,
-        dest,
-        ignore=shutil.ignore_patterns(
-            ".git",
-            "build",
-            "build-*",
-            "*.egg-info",
-            "__pycache__",
-            ".venv",
-            ".whl",
-            "wheelhouse",
-        ),
-    )
-    return dest
-
-
-def run(cmd, **kwargs):
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    env.pop("AUTOGRAD_DEVICE_LOGGING_LIBRARY", None)
-    env.update(kwargs.pop("env", {}))
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, **kwargs)
-
-
-def new_venv(path, *options):
-    """python -m venv; returns (python, site-packages) of the new venv."""
-    proc = run([sys.executable, "-m", "venv", *options, path])
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr)
-    python = os.path.join(path, "bin", "python")
-    site = run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
-    ).stdout.strip()
-    return python, site
-
-
-def fresh_venv(path):
-    """A new venv at `path` that sees the torch (and build tools) of the
-    environment running the tests through a .pth file, as a venv made with
-    that torch would. Returns (python, site-packages)."""
-    python, site = new_venv(path)
-    with open(os.path.join(site, "installed_torch.pth"), "w") as f:
-        f.write(sysconfig.get_paths()["purelib"] + "\n")
-    # Let the build use that environment's setuptools, not the venv's seed.
-    run([python, "-m", "pip", "uninstall", "-q", "-y", "setuptools"])
-    return python, site
 
 
 def fake_torch_venv(path, version):
@@ -105,43 +47,6 @@ def other_release(version):
     """A torch release other than `version`, of the same 2.x series."""
     major, minor = (int(part) for part in version.split(".")[:2])
     return f"{major}.{minor - 1 if minor > 0 else minor + 1}.0"
-
-
-@functools.lru_cache(maxsize=None)
-def shared_source():
-    """One copy of the sources per test process, and the environment under
-    which every pip build of it keeps one CMake build folder, so that only
-    the first of the tests' pip builds compiles. Both are removed at exit."""
-    tmp = tempfile.mkdtemp(prefix="adl-pip-source-")
-    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
-    source = copy_of_sources(os.path.join(tmp, "source"))
-    return source, {"AUTOGRAD_DEVICE_LOGGING_WHEEL_BUILD_DIR": os.path.join(tmp, "cmake-build")}
-
-
-@functools.lru_cache(maxsize=None)
-def build_wheel():
-    """pip wheel --no-build-isolation of the shared copy of the sources;
-    (proc, wheel). Built once per test process (the test files that install
-    it share it)."""
-    source, env = shared_source()
-    wheels = os.path.join(os.path.dirname(source), "wheels")
-    proc = run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-build-isolation",
-            "--no-deps",
-            "-w",
-            wheels,
-            source,
-        ],
-        env=env,
-    )
-    found = glob.glob(os.path.join(wheels, "autograd_device_logging-*.whl"))
-    return proc, (found[0] if len(found) == 1 else None)
 
 
 class TestPackaging(TestCase):

@@ -19,12 +19,7 @@ import sys
 import tempfile
 import time
 
-from torch.testing._internal.common_utils import TestCase, run_tests
-
-TEST_DIR = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, TEST_DIR)
-
-from test_autograd_device_logging import (  # noqa: E402
+from common_device_logging import (
     ACCELERATOR_LIBRARY,
     BUILD_DIR,
     LIBRARY,
@@ -32,9 +27,11 @@ from test_autograd_device_logging import (  # noqa: E402
     RECORD_WRITE_WAIT_LIMIT_S,
     TORCH_LOGS_EVENTS,
     WITH_TEST_ACCELERATOR,
+    child_env,
+    only_record,
     require_built,
 )
-from test_fleet_report import child_env, only_record  # noqa: E402
+from torch.testing._internal.common_utils import TestCase, run_tests
 
 GPU_CPU = "torch.autograd.gpu_cpu_backward"
 # Preloaded, it stalls every fsync of the process by

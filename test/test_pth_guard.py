@@ -14,15 +14,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 TEST_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TEST_DIR)
-sys.path.insert(0, TEST_DIR)
 
-from test_autograd_device_logging import LIBRARY, PACKAGE_ROOT, require_built  # noqa: E402
+from common_device_logging import LIBRARY, PACKAGE_ROOT, require_built
 
 PTH = os.path.join(REPO, "python", "autograd_device_logging.pth")
 PROGRAM = """

@@ -16,22 +16,20 @@ import tempfile
 import textwrap
 import unittest
 
-from torch.testing._internal.common_utils import TestCase, run_tests
-
-import torch
-
-TEST_DIR = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, TEST_DIR)
-
-from test_autograd_device_logging import (  # noqa: E402
+from common_device_logging import (
     ACCELERATOR_LIBRARY,
     EXIT_NOW,
     LIBRARY,
     RECORD_ON_DISK_WITHIN_S,
     WITH_TEST_ACCELERATOR,
+    child_env,
+    only_record,
+    report_modules,
     require_built,
 )
-from test_fleet_report import child_env, only_record, report_modules  # noqa: E402
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+import torch
 
 MEASURE = "AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING"
 # Every pass after the warm-up is sampled, in pairs.

@@ -46,20 +46,15 @@ gpu_names=$("$python" -c 'import collections, torch; n = torch.cuda.device_count
 echo "== torch $torch_version, $gpus CUDA device(s): ${gpu_names:-none}"
 
 # Puts section file $2, delimited by <!-- $1 --> ... <!-- /$1 -->, into
-# $record, replacing an earlier one with the same marker.
+# $record, stamped, replacing an earlier one with the same marker
+# (Note [A generated section carries its stamp], benchmarks/doc_sections.py).
 replace_section() {
-  "$python" - "$record" "$2" "$1" <<'PY'
-import os, re, sys
-record, section, marker = sys.argv[1], sys.argv[2], sys.argv[3]
-header = ("# GPU verification\n\nWritten by `tools/gpu_check.sh --record`, one section per GPU count, "
-          "from the script's own output on a machine with NVIDIA GPUs.\n\n")
-text = open(record).read() if os.path.exists(record) else header
-new = open(section).read()
-pattern = re.compile(r"<!-- %s -->.*?<!-- /%s -->\n?" % (re.escape(marker), re.escape(marker)), re.S)
-text = pattern.sub(lambda _: new, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + new
-open(record, "w").write(text)
-PY
+  local header="$work/header.md"
+  printf '%s\n\n%s\n\n' "# GPU verification" \
+    "Written by \`tools/gpu_check.sh --record\`, one section per GPU count, from the script's own output on a machine with NVIDIA GPUs." > "$header"
+  "$python" "$repo/benchmarks/doc_sections.py" write "$record" "$1" --header "$header" < "$2"
 }
+commit=$("$python" "$repo/benchmarks/doc_sections.py" commit)
 
 if [ $parity_only = 1 ]; then
   if ! AUTOGRAD_DEVICE_LOGGING_TARGETS="autograd_device_logging_library autograd_device_logging_python autograd_test_accelerator" \
@@ -79,7 +74,7 @@ if [ $parity_only = 1 ]; then
       echo "<!-- gpu-check-parity: $gpus GPU -->"
       echo "## Upstream-parity replay, $gpus GPU(s): ${gpu_names:-none}"
       echo
-      echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+      echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit"
       echo "- torch: $torch_version, python: $("$python" -c 'import sys; print(sys.version.split()[0])')"
       echo "- command: \`bash tools/gpu_check.sh --parity-only --record docs/gpu-verification.md\`"
       echo "- corpus: $scenarios scenarios of \`test/fixtures/upstream_backward_events.json\`, each test requiring all of them to give torch 2.14.1's and 2.15.0's own events"
@@ -103,7 +98,7 @@ check_installed_wheel() {
   local src="$work/wheel-source" venv="$work/wheel-venv" lib
   mkdir -p "$src"
   tar -C "$repo" --exclude=./.git --exclude='./build*' --exclude='*.egg-info' -cf - . | tar -C "$src" -xf -
-  wheel_compiler="${CXX:-c++} ($("${CXX:-c++}" --version | head -1))"
+  wheel_compiler="$(basename "${CXX:-c++}") ($("${CXX:-c++}" --version | head -1))"
   echo "== wheel: pip wheel --no-build-isolation with $wheel_compiler"
   wheel_rc=1
   if ! "$python" -m pip wheel -q --no-build-isolation --no-deps -w "$work/dist" "$src" > "$work/wheel.log" 2>&1; then
@@ -146,7 +141,7 @@ if [ $wheel_only = 1 ]; then
       echo "<!-- gpu-check-wheel: $gpus GPU -->"
       echo "## The installed wheel, $gpus GPU(s): ${gpu_names:-none}"
       echo
-      echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+      echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit"
       echo "- torch: $torch_version, python: $("$python" -c 'import sys; print(sys.version.split()[0])')"
       echo "- compiler: $wheel_compiler, the machine's default"
       echo "- command: \`bash tools/gpu_check.sh --wheel-only --record docs/gpu-verification.md\`"
@@ -240,7 +235,7 @@ if [ -n "$record" ]; then
     echo "<!-- gpu-check: $gpus GPU -->"
     echo "## $gpus GPU(s): ${gpu_names:-none}"
     echo
-    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit"
     echo "- torch: $torch_version (the machine's installed torch, built against by this run)"
     echo "- CUDA_VISIBLE_DEVICES: ${CUDA_VISIBLE_DEVICES:-unset}"
     echo "- PYTEST_ADDOPTS: ${PYTEST_ADDOPTS:-unset}"

@@ -19,18 +19,11 @@ import platform
 import subprocess
 import sys
 
+import generated_docs
+import scenario_corpus
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "test"))
-
-import backward_scenarios  # noqa: E402
-
 FIXTURE = os.path.join(REPO, "test", "fixtures", "upstream_backward_events.json")
-
-
-def kind_of(program):
-    if "torch.autograd.grad(" in program or "inputs=" in program:
-        return "partial"
-    return "full"
 
 
 def main():
@@ -58,8 +51,8 @@ def main():
     with open(FIXTURE) as f:
         fixture = json.load(f)
     scenarios = fixture["scenarios"]
-    ours = backward_scenarios.run_corpus_with(python, build_dir, len(scenarios), with_library=True)
-    kinds = [kind_of(backward_scenarios.generate(s["seed"])) for s in scenarios]
+    ours = scenario_corpus.run_corpus(python, build_dir, len(scenarios), with_library=True)
+    kinds = [answer["kind"] for answer in ours]
 
     sources = {f"torch {v} (its own events)": v for v in sorted(fixture["torch"], reverse=True)}
     sources[f"this library on torch {torch_version}"] = None
@@ -88,7 +81,8 @@ def main():
     w.append("# What the autograd device events mean\n")
     w.append(
         f"Written by `python tools/measure_semantics.py` on "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, commit "
+        f"{generated_docs.commit()} "
         f"({platform.machine()}, Python {platform.python_version()}, "
         f"pinned torch {torch_version}); torch's own answers were recorded by "
         f"`tools/record_upstream_answers.py` on {fixture['recorded']} "
@@ -167,8 +161,12 @@ def main():
         "`python test/backward_scenarios.py --show SEED` prints one.\n"
     )
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        f.write("\n".join(w))
+    generated_docs.write_section(
+        args.output,
+        "semantics",
+        "\n".join(["<!-- semantics -->", *w, "<!-- /semantics -->"]),
+        whole=True,
+    )
     print(f"wrote {args.output}")
     if mismatched:
         print(f"this library differs from torch's own events on seeds {mismatched[:20]}")

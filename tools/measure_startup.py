@@ -11,19 +11,47 @@ the medians, their ratio (target: at most 1.05) and the spread to --output.
 
 import argparse
 import datetime
+import glob
 import os
 import platform
 import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "test"))
+import generated_docs
 
-from test_packaging import build_wheel, fresh_venv  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def build_wheel(wheelhouse):
+    """The wheel tools/build_wheels.sh builds for this interpreter's torch."""
+    subprocess.run(
+        ["bash", os.path.join(REPO, "tools", "build_wheels.sh"), "--python", sys.executable],
+        env=dict(os.environ, AUTOGRAD_DEVICE_LOGGING_WHEELHOUSE=wheelhouse),
+        check=True,
+    )
+    (wheel,) = glob.glob(os.path.join(wheelhouse, "*", "autograd_device_logging-*.whl"))
+    return wheel
+
+
+def fresh_venv(path):
+    """A new venv that sees this interpreter's torch through a .pth file, as
+    a venv made with that torch would; (python, site-packages)."""
+    subprocess.run([sys.executable, "-m", "venv", path], check=True)
+    python = os.path.join(path, "bin", "python")
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        text=True,
+        stdout=subprocess.PIPE,
+    ).stdout.strip()
+    with open(os.path.join(site, "installed_torch.pth"), "w") as f:
+        f.write(sysconfig.get_paths()["purelib"] + "\n")
+    return python, site
 
 
 def time_once(python):
@@ -39,9 +67,7 @@ def main():
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="adl-startup-")
     try:
-        proc, wheel = build_wheel()
-        if wheel is None:
-            sys.exit(f"pip wheel failed:\n{proc.stdout}{proc.stderr}")
+        wheel = build_wheel(os.path.join(tmp, "wheelhouse"))
         with_hook, site = fresh_venv(os.path.join(tmp, "with"))
         subprocess.run([with_hook, "-m", "pip", "install", "-q", "--no-deps", wheel], check=True)
         assert os.path.exists(os.path.join(site, "autograd_device_logging.pth"))
@@ -68,7 +94,8 @@ def main():
         "# Interpreter start-up with the import hook",
         "",
         f"Written by `python tools/measure_startup.py --runs {args.runs}` on "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, commit "
+        f"{generated_docs.commit()} "
         f"({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}).",
         "",
         "`python -c pass` in two fresh venvs that see the same torch, one with the "
@@ -93,8 +120,12 @@ def main():
         "",
     ]
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        f.write("\n".join(lines))
+    generated_docs.write_section(
+        args.output,
+        "startup",
+        "\n".join(["<!-- startup -->", *lines, "<!-- /startup -->"]),
+        whole=True,
+    )
     print("\n".join(lines))
     return 0 if ratio <= 1.05 else 1
 

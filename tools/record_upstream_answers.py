@@ -17,24 +17,16 @@ this library and requires the same events as every recorded release.
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import platform
 import subprocess
-import sys
 import tempfile
 
+import scenario_corpus
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "test"))
-
-import backward_scenarios  # noqa: E402
-
 FIXTURE = os.path.join(REPO, "test", "fixtures", "upstream_backward_events.json")
-
-
-def code_hash(code):
-    return hashlib.sha256(code.encode()).hexdigest()[:16]
 
 
 def venv_for(version):
@@ -79,11 +71,10 @@ def main():
     args = parser.parse_args()
 
     scenarios = [
-        {"seed": seed, "code_sha256": code_hash(backward_scenarios.generate(seed))}
+        {"seed": seed, "code_sha256": None, "events": {}, "executed_events": {}, "error": {}}
         for seed in range(args.scenarios)
     ]
-    for scenario in scenarios:
-        scenario.update(events={}, executed_events={}, error={})
+    generator_version = None
     versions = {}
     for version in args.versions:
         python = venv_for(version)
@@ -99,12 +90,15 @@ def main():
         print(f"== torch {installed}: building the test accelerator in {build_dir}", flush=True)
         build_accelerator(python, build_dir)
         print(f"== torch {installed}: {args.scenarios} scenarios", flush=True)
-        answers = backward_scenarios.run_corpus_with(
-            python, build_dir, args.scenarios, with_library=False
-        )
+        answers = scenario_corpus.run_corpus(python, build_dir, args.scenarios, with_library=False)
         assert [a["seed"] for a in answers] == list(range(args.scenarios)), "missing answers"
+        version_here = scenario_corpus.generator_version(python)
+        assert generator_version in (None, version_here), "the corpus changed between releases"
+        generator_version = version_here
         versions[version] = installed
         for scenario, answer in zip(scenarios, answers):
+            assert scenario["code_sha256"] in (None, answer["code_sha256"]), scenario["seed"]
+            scenario["code_sha256"] = answer["code_sha256"]
             scenario["events"][version] = answer["events"]
             scenario["executed_events"][version] = answer["executed_events"]
             scenario["error"][version] = answer["error"]
@@ -120,9 +114,9 @@ def main():
         "what": "torch's own autograd device events for test/backward_scenarios.py",
         "written_by": "python tools/record_upstream_answers.py",
         "recorded": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()} {platform.system()} {platform.release()}, "
+        "machine": f"{platform.machine()} {platform.system()}, "
         f"Python {platform.python_version()}",
-        "generator_version": backward_scenarios.GENERATOR_VERSION,
+        "generator_version": generator_version,
         "devices": "cpu, testaccel:0, testaccel:1 (test/cpp/test_accelerator)",
         "torch": versions,
         "releases_disagree_on": disagree,

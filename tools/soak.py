@@ -30,10 +30,9 @@ import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+import generated_docs
 
-from doc_sections import replace_section  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MARKER = "soak"
 ASAN_ENV = {
@@ -266,7 +265,7 @@ def main():
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     text = section((plain, asan, python, ci), args, commit, dirty)
-    replace_section(args.output, MARKER, text, HEADER)
+    generated_docs.write_section(args.output, MARKER, text, HEADER)
     print(text)
     print("logs of the CI rounds:", log_dir)
     return 1 if any(s.failed_rounds for s in (plain, asan, python, ci)) else 0

@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+import generated_docs
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASES = [
     "2.0.1",
@@ -46,7 +48,7 @@ RELEASES = [
 ]
 MARKER = "torch-matrix"
 HEADER = (
-    "| torch | build | C++ passed / skipped / failed | Python passed / skipped / failed "
+    "| torch | run (commit, date) | build | C++ passed / skipped / failed | Python passed / skipped / failed "
     "| demo events | wheel: --check | seconds |"
 )
 
@@ -185,14 +187,17 @@ def run_release(release, keep, log):
 
 
 def write(rows, output):
-    text = open(output).read() if os.path.exists(output) else "# Torch releases\n"
+    text = open(output).read() if os.path.exists(output) else ""
     old = {}
     section = re.search(r"<!-- %s -->.*?<!-- /%s -->\n?" % (MARKER, MARKER), text, re.S)
     if section:
         for line in section.group(0).splitlines():
             cells = [c.strip() for c in line.strip("|").split("|")]
-            if len(cells) == 7 and cells[0] in RELEASES:
+            if len(cells) == 8 and cells[0] in RELEASES:
                 old[cells[0]] = line
+            elif len(cells) == 7 and cells[0] in RELEASES:
+                # A row from before rows named their run.
+                old[cells[0]] = f"| {cells[0]} | not recorded | " + " | ".join(cells[1:]) + " |"
     for release, line in rows.items():
         old[release] = line
     lines = [
@@ -200,7 +205,8 @@ def write(rows, output):
         "## Build and test per release",
         "",
         "Written by `python3 tools/torch_matrix.py`, one row per release, each from the run "
-        "that last tested it. Each row: a venv with that torch from PyPI, the library, its "
+        "that last tested it, which the row names (the commit and the date). Each row: a venv "
+        "with that torch from PyPI, the library, its "
         "tests and the test accelerator built against it, then ctest, pytest (the whole "
         "Python suite), the demo, and a wheel (tools/build_wheels.sh) installed into that venv "
         "and its `--check`. From 2.14 on torch logs the events itself: the library "
@@ -209,23 +215,17 @@ def write(rows, output):
         "torch logs them itself]).",
         "",
         HEADER,
-        "| --- | --- | ---: | ---: | --- | --- | ---: |",
+        "| --- | --- | --- | ---: | ---: | --- | --- | ---: |",
     ]
     for release in RELEASES:
-        lines.append(old.get(release, f"| {release} | not run yet | - | - | - | - | - |"))
+        lines.append(old.get(release, f"| {release} | not run yet | - | - | - | - | - | - |"))
     lines += [
         "",
         f"Last run: {datetime.date.today()} on {platform.machine()}, Python {platform.python_version()}.",
         f"<!-- /{MARKER} -->",
         "",
     ]
-    new = "\n".join(lines)
-    if section:
-        text = text.replace(section.group(0), new)
-    else:
-        text = text.rstrip("\n") + "\n\n" + new
-    with open(output, "w") as f:
-        f.write(text)
+    generated_docs.write_section(output, MARKER, "\n".join(lines), "# Torch releases\n")
 
 
 def main():
@@ -252,12 +252,13 @@ def main():
         print(venv)
         return 0
     rows = {}
+    ran_on = f"{generated_docs.commit()}, {datetime.date.today()}"
     with open(args.log, "a") as log:
         for release in args.releases:
             print(f"== torch {release}", flush=True)
             row, seconds = run_release(release, args.keep, log)
             line = (
-                f"| {row['torch']} | {row['build']} | {row['cpp']} | {row['python']} "
+                f"| {row['torch']} | {ran_on} | {row['build']} | {row['cpp']} | {row['python']} "
                 f"| {row['demo']} | {row['wheel']} | {seconds:,.0f} |"
             )
             print(line, flush=True)

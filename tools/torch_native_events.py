@@ -22,6 +22,11 @@ import sys
 import tempfile
 import zipfile
 
+import generated_docs
+
+# The file's title, and this tool's section of it.
+HEADER = "# Which torch releases need this library\n\n"
+MARKER = "torch-native-events"
 EVENTS = (b"torch.autograd.multidevice_backward", b"torch.autograd.gpu_cpu_backward")
 PLT_CALL = re.compile(
     rb"call\s+[0-9a-f]+ <_ZN5torch8autograd6Engine20compute_dependenciesEPNS0_4NodeERNS0_9GraphTaskEm@plt>"
@@ -75,42 +80,33 @@ def main():
                 flush=True,
             )
     if args.write:
-        # tools/torch_matrix.py's section of the same file is kept.
-        kept = ""
-        if os.path.exists(args.write):
-            match = re.search(
-                r"<!-- torch-matrix -->.*?<!-- /torch-matrix -->\n?", open(args.write).read(), re.S
-            )
-            kept = match.group(0) if match else ""
-        with open(args.write, "w") as f:
-            f.write("# Which torch releases need this library\n\n")
-            f.write(
-                f"Written by `python tools/torch_native_events.py --write {args.write} "
-                f"{' '.join(args.versions)}` on {datetime.date.today()} "
-                f"({platform.machine()}, Python {platform.python_version()}).\n\n"
-            )
-            f.write(
-                "For each PyPI wheel: does its `libtorch_cpu.so` contain the event names "
-                "(then that torch logs them itself), and how many calls to "
-                "`Engine::compute_dependencies` go through the PLT (each one is "
-                "interposable)?\n\n"
-            )
-            f.write(
-                "| torch | wheel | events in libtorch_cpu.so | PLT calls to compute_dependencies |\n"
-            )
-            f.write("| --- | --- | --- | --- |\n")
-            for version, wheel, events, plt_calls in rows:
-                f.write(
-                    f"| {version} | `{wheel}` | {', '.join(events) or 'none'} | {plt_calls} |\n"
-                )
-            f.write(
-                "\nThe pin in requirements.txt is the newest release without the events. "
-                "Builds against the first release with them and later ones classify every pass "
-                "as on earlier releases and leave the logging to torch (Note [Where torch logs "
-                "the events itself] in `torch/csrc/autograd/device_logging_state.h`).\n"
-            )
-            if kept:
-                f.write("\n" + kept)
+        lines = [
+            f"<!-- {MARKER} -->",
+            f"Written by `python tools/torch_native_events.py --write {args.write} "
+            f"{' '.join(args.versions)}` on {datetime.date.today()}, commit "
+            f"{generated_docs.commit()} ({platform.machine()}, Python "
+            f"{platform.python_version()}).",
+            "",
+            "For each PyPI wheel: does its `libtorch_cpu.so` contain the event names "
+            "(then that torch logs them itself), and how many calls to "
+            "`Engine::compute_dependencies` go through the PLT (each one is "
+            "interposable)?",
+            "",
+            "| torch | wheel | events in libtorch_cpu.so | PLT calls to compute_dependencies |",
+            "| --- | --- | --- | --- |",
+        ]
+        for version, wheel, events, plt_calls in rows:
+            lines.append(f"| {version} | `{wheel}` | {', '.join(events) or 'none'} | {plt_calls} |")
+        lines += [
+            "",
+            "The pin in requirements.txt is the newest release without the events. "
+            "Builds against the first release with them and later ones classify every pass "
+            "as on earlier releases and leave the logging to torch (Note [Where torch logs "
+            "the events itself] in `torch/csrc/autograd/device_logging_state.h`).",
+            f"<!-- /{MARKER} -->",
+        ]
+        # tools/torch_matrix.py's section of the same file stays.
+        generated_docs.write_section(args.write, MARKER, "\n".join(lines) + "\n", HEADER)
 
 
 if __name__ == "__main__":

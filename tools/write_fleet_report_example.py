@@ -16,16 +16,19 @@ fleet-report markers of docs/usage.md.
 
 import argparse
 import datetime
+import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
 
+import generated_docs
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BEGIN = "<!-- fleet-report-example: written by tools/write_fleet_report_example.py -->"
-END = "<!-- /fleet-report-example -->"
+MARKER = "fleet-report-example"
+BEGIN = f"<!-- {MARKER} -->"
+END = f"<!-- /{MARKER} -->"
 
 
 def main():
@@ -72,6 +75,13 @@ def main():
             print(demo.stdout)
             if demo.returncode != 0:
                 sys.exit(f"the demo failed with {python}:\n{demo.stderr}")
+        # Pairs per process, from the records the demo wrote.
+        pairs = set()
+        for name in os.listdir(records):
+            if name.endswith(".json"):
+                with open(os.path.join(records, name)) as f:
+                    cost = json.load(f).get("threading_cost") or {}
+                pairs.add(sum(len(p) for p in cost.get("pairs", {}).values()))
         png = os.path.join(REPO, "docs", "fleet-report.png")
         report = subprocess.run(
             [sys.executable, "-m", "autograd_device_logging", "report", records, "--plot", png],
@@ -86,10 +96,12 @@ def main():
             f"`python tools/write_fleet_report_example.py"
             + "".join(" --also PYTHON BUILD" for _ in args.also)
             + "` on "
-            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, commit "
+            f"{generated_docs.commit()} "
             f"({platform.machine()}, torch {' and '.join(releases)}): the demo's scenarios, "
-            "each a job of 40 training steps with the threading-cost measurement on (`run_demo.py "
-            "--measure-threading`: 8 pairs per process, an illustration of the table rather than "
+            "each a job of training steps with the threading-cost measurement on (`run_demo.py "
+            f"--measure-threading`: {min(pairs)} to {max(pairs)} pairs per process, an "
+            "illustration of the table rather than "
             "a measurement), on the test accelerator, once per torch release, with one shared "
             "record directory:",
             "",
@@ -104,12 +116,9 @@ def main():
     )
     usage = os.path.join(REPO, "docs", "usage.md")
     with open(usage) as f:
-        text = f.read()
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    if not pattern.search(text):
-        sys.exit(f"docs/usage.md has no {BEGIN} ... {END} section")
-    with open(usage, "w") as f:
-        f.write(pattern.sub(lambda _: block, text))
+        if BEGIN not in f.read():
+            sys.exit(f"docs/usage.md has no {BEGIN} ... {END} section")
+    generated_docs.write_section(usage, MARKER, block)
     print(report)
     print(f"wrote {png} and the example in docs/usage.md")
 

@@ -1,0 +1,375 @@
+# Owner(s): ["module: autograd"]
+"""What the test modules share: where the build is, how a child process is
+run and read, the record's schema and the report's modules, and the pip
+helpers. The one module the test modules import from each other's domain;
+pytest and `python test/test_x.py` both find it next to them, so no test
+changes sys.path.
+"""
+
+import atexit
+import functools
+import glob
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import textwrap
+import types
+import unittest
+
+import jsonschema
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+BUILD_DIR = os.environ.get("AUTOGRAD_DEVICE_LOGGING_BUILD_DIR", os.path.join(REPO, "build"))
+
+PACKAGE_ROOT = os.path.join(BUILD_DIR, "python")
+
+LIBRARY = os.path.join(PACKAGE_ROOT, "autograd_device_logging", "libautograd_device_logging.so")
+
+EVENTS = ("torch.autograd.multidevice_backward", "torch.autograd.gpu_cpu_backward")
+
+# Note [Where torch logs the events itself] (C++): builds against torch 2.14
+# or later classify as on earlier releases but leave the logging to torch,
+# which logs the events whatever this library does. Only the cases about
+# what is logged without this library (stock torch, the off switch, a
+# library that is disabled or cannot load) have nothing of the library's to
+# check there (Note [The events' tests where torch logs them itself], C++).
+TORCH_LOGS_EVENTS = torch.torch_version.TorchVersion(torch.__version__) >= "2.14"
+
+
+skip_where_torch_logs_events = unittest.skipIf(
+    TORCH_LOGS_EVENTS,
+    "torch >= 2.14 logs the events itself, with or without this library: what is "
+    "logged without it is not this library's to check there",
+)
+
+# Set by `tools/run_sanitizers.sh address` to the ASan runtime, which has to
+# come first in every child that loads the instrumented library.
+SANITIZER_PRELOAD = os.environ.get("AUTOGRAD_DEVICE_LOGGING_TEST_PRELOAD", "")
+
+
+def autograd_events(stderr):
+    """The autograd device events a child printed, in order."""
+    return [
+        line.split()[1]
+        for line in stderr.splitlines()
+        if line.startswith("PYTORCH_API_USAGE torch.autograd.") and line.split()[1] in EVENTS
+    ]
+
+
+def require_built(test, *paths):
+    for path in paths:
+        if not os.path.exists(path):
+            test.fail(f"{path} is missing: build the project first (README)")
+
+
+class ChildResult:
+    def __init__(self, proc):
+        self.returncode = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.events = autograd_events(proc.stderr)
+        self.status = None
+        for line in proc.stdout.splitlines():
+            if line.startswith("STATUS "):
+                self.status = json.loads(line[len("STATUS ") :])
+
+
+def run_child(args, env_extra=None, with_package=True, stdin_code=None):
+    env = dict(os.environ)
+    env["PYTORCH_API_USAGE_STDERR"] = "1"
+    env.pop("LD_PRELOAD", None)
+    env.pop("AUTOGRAD_DEVICE_LOGGING_LIBRARY", None)
+    if with_package:
+        env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    for key, value in (env_extra or {}).items():
+        if value is None:
+            env.pop(key, None)  # unset, not empty
+        else:
+            env[key] = value
+    if SANITIZER_PRELOAD:
+        env["LD_PRELOAD"] = ":".join(filter(None, (SANITIZER_PRELOAD, env.get("LD_PRELOAD"))))
+    proc = subprocess.run(
+        [sys.executable, *args],
+        env=env,
+        input=stdin_code,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return ChildResult(proc)
+
+
+# Note [Children skip interpreter finalization]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Stock PyTorch can abort at interpreter exit when an autograd device thread
+# is still starting up and asks for the GIL while Python finalizes ("terminate
+# called without an active exception"; seen with and without this library on
+# the test accelerator). Children therefore flush and leave with os._exit, so
+# that a test's verdict is about the backward passes, not that race.
+EXIT_NOW = (
+    "\nimport os as _os, sys as _sys\n_sys.stdout.flush(); _sys.stderr.flush(); _os._exit(0)\n"
+)
+
+
+def run_code(code, **kwargs):
+    return run_child(["-c", textwrap.dedent(code) + EXIT_NOW], **kwargs)
+
+
+TEST_DIR = os.path.dirname(os.path.abspath(__file__))
+
+ACCELERATOR_LIBRARY = os.path.join(BUILD_DIR, "test", "libautograd_test_accelerator.so")
+
+# Child prologue: the library first, then torch and the test accelerator.
+# How soon after the first pass, an event or a measured pair the record is on
+# disk (kRecordOnDiskWithin, Note [The record is written off the backward
+# path], record_writer.h), and how long exit waits for it at most
+# (kRecordWriteWaitLimit).
+RECORD_ON_DISK_WITHIN_S = 1.0
+
+RECORD_WRITE_WAIT_LIMIT_S = 2.0
+
+# One line of a child program that imports test/autograd_test_accelerator.py
+# from its file, since a child may run isolated (python -I ignores
+# PYTHONPATH): children never change their sys.path.
+IMPORT_TEST_ACCELERATOR = (
+    "import importlib.util as _util; "
+    "_spec = _util.spec_from_file_location("
+    f"'autograd_test_accelerator', {os.path.join(TEST_DIR, 'autograd_test_accelerator.py')!r}); "
+    "autograd_test_accelerator = _util.module_from_spec(_spec); "
+    "_spec.loader.exec_module(autograd_test_accelerator)"
+)
+
+WITH_TEST_ACCELERATOR = f"""
+import autograd_device_logging, sys
+import jsonschema
+import torch
+{IMPORT_TEST_ACCELERATOR}
+d0, d1 = autograd_test_accelerator.load()
+"""
+
+
+RECORD_SCHEMA_PATH = os.path.join(os.path.dirname(TEST_DIR), "schema", "process_record.schema.json")
+
+
+with open(RECORD_SCHEMA_PATH) as _f:
+    RECORD_SCHEMA = json.load(_f)
+
+
+def synthetic_record(**fields):
+    """A valid record of schema 2.0 (what the library writes), with `fields`
+    replacing its own."""
+    record = {
+        "schema": "2.0",
+        "time": "2026-12-01T10:00:00Z",
+        "start_time": "2026-12-01T09:00:00Z",
+        "written_at": "exit",
+        "host": "h",
+        "pid": 1,
+        "program": "train.py",
+        "job": "j",
+        "job_source": "AUTOGRAD_DEVICE_LOGGING_JOB",
+        "role": "other",
+        "rank": None,
+        "local_rank": None,
+        "world_size": None,
+        "torch": {"built_for": "2.13.0", "running": "2.13.0"},
+        "library_version": "0.1.0",
+        "activated_by": "on torch import",
+        "accelerators": {"cuda": 2},
+        "events": [],
+        "events_logged_by": "library",
+        "ran_backward": True,
+        "passes_classified": 3,
+        "pass_classes": None,
+        "disabled_reason": None,
+    }
+    record.update(fields)
+    return record
+
+
+def known_values_outside_the_schema(record):
+    """The values of `record`'s enumerated fields that the schema does not
+    list as known. Readers accept any string there (a newer minor version may
+    add values: Note [A newer minor version adds fields and values]), so this
+    is what holds the library, which writes the current version, to the
+    schema's vocabulary."""
+    properties = RECORD_SCHEMA["properties"]
+    outside = []
+
+    def check(where, value, known):
+        if value not in known:
+            outside.append(f"{where}={value!r}")
+
+    for field in ("written_at", "job_source", "role", "events_logged_by"):
+        if field in record:
+            check(field, record[field], properties[field]["examples"])
+    for event in record.get("events", []):
+        check("events", event, properties["events"]["items"]["examples"])
+    classes = properties["pass_classes"]["anyOf"][0]["required"]
+    for device_class in record.get("pass_classes") or {}:
+        check("pass_classes", device_class, classes)
+    for device_class in (record.get("threading_cost") or {}).get("pairs", {}):
+        check("threading_cost.pairs", device_class, classes)
+    return outside
+
+
+def only_record(test, directory):
+    """The one record in `directory`, checked against the schema, every
+    enumerated value among the schema's known ones."""
+    names = [n for n in os.listdir(directory) if n.endswith(".json")]
+    test.assertEqual(len(names), 1, names)
+    with open(os.path.join(directory, names[0])) as f:
+        record = json.load(f)
+    jsonschema.validate(record, RECORD_SCHEMA)
+    test.assertEqual(known_values_outside_the_schema(record), [])
+    return record
+
+
+REPORT_MODULES = (
+    "record_fields",
+    "record_decoder",
+    "record_reader",
+    "fleet_totals",
+    "cost_statistics",
+    "report_text",
+    "report_plot",
+    "fleet_report",
+)
+
+
+def report_modules():
+    """The report's modules, by name, imported under a stand-in for the
+    package that shares its directory but never runs its __init__ (which,
+    in a process that imported torch, would load the library)."""
+    name = "adl_report_only"
+    package = sys.modules.get(name)
+    if package is None:
+        package = types.ModuleType(name)
+        package.__path__ = [os.path.join(PACKAGE_ROOT, "autograd_device_logging")]
+        sys.modules[name] = package
+    return types.SimpleNamespace(
+        **{m: importlib.import_module(f"{name}.{m}") for m in REPORT_MODULES}
+    )
+
+
+def child_env(report_dir, **extra):
+    env = dict(os.environ)
+    for name in (
+        "LD_PRELOAD",
+        "AUTOGRAD_DEVICE_LOGGING_LIBRARY",
+        "AUTOGRAD_DEVICE_LOGGING_STATS",
+        "PYTORCH_AUTOGRAD_DEVICE_STATS",
+    ):
+        env.pop(name, None)
+    env.update(
+        PYTHONPATH=PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+        AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=BUILD_DIR,
+        AUTOGRAD_DEVICE_LOGGING_REPORT_DIR=report_dir,
+        CUDA_VISIBLE_DEVICES="",
+        OMP_NUM_THREADS="1",
+    )
+    env.update(extra)
+    return env
+
+
+# Another C++ runtime: libstdc++ linked in statically and exported.
+OTHER_RUNTIME_LIBRARY = os.path.join(BUILD_DIR, "test", "libadl_test_other_cxx_runtime.so")
+
+
+def copy_of_sources(dest):
+    """The project's sources without build outputs or VCS data. pip builds a
+    local project in place (setuptools writes build/ and *.egg-info/ there),
+    so every pip test builds from such a copy and never writes into the
+    checkout."""
+    shutil.copytree(
+        REPO,
+        dest,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            "build",
+            "build-*",
+            "*.egg-info",
+            "__pycache__",
+            ".venv",
+            ".whl",
+            "wheelhouse",
+        ),
+    )
+    return dest
+
+
+def run(cmd, **kwargs):
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.pop("AUTOGRAD_DEVICE_LOGGING_LIBRARY", None)
+    env.update(kwargs.pop("env", {}))
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, **kwargs)
+
+
+def new_venv(path, *options):
+    """python -m venv; returns (python, site-packages) of the new venv."""
+    proc = run([sys.executable, "-m", "venv", *options, path])
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr)
+    python = os.path.join(path, "bin", "python")
+    site = run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+    ).stdout.strip()
+    return python, site
+
+
+def fresh_venv(path):
+    """A new venv at `path` that sees the torch (and build tools) of the
+    environment running the tests through a .pth file, as a venv made with
+    that torch would. Returns (python, site-packages)."""
+    python, site = new_venv(path)
+    with open(os.path.join(site, "installed_torch.pth"), "w") as f:
+        f.write(sysconfig.get_paths()["purelib"] + "\n")
+    # Let the build use that environment's setuptools, not the venv's seed.
+    run([python, "-m", "pip", "uninstall", "-q", "-y", "setuptools"])
+    return python, site
+
+
+@functools.lru_cache(maxsize=None)
+def shared_source():
+    """One copy of the sources per test process, and the environment under
+    which every pip build of it keeps one CMake build folder, so that only
+    the first of the tests' pip builds compiles. Both are removed at exit."""
+    tmp = tempfile.mkdtemp(prefix="adl-pip-source-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    source = copy_of_sources(os.path.join(tmp, "source"))
+    return source, {"AUTOGRAD_DEVICE_LOGGING_WHEEL_BUILD_DIR": os.path.join(tmp, "cmake-build")}
+
+
+@functools.lru_cache(maxsize=None)
+def build_wheel():
+    """pip wheel --no-build-isolation of the shared copy of the sources;
+    (proc, wheel). Built once per test process (the test files that install
+    it share it)."""
+    source, env = shared_source()
+    wheels = os.path.join(os.path.dirname(source), "wheels")
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            wheels,
+            source,
+        ],
+        env=env,
+    )
+    found = glob.glob(os.path.join(wheels, "autograd_device_logging-*.whl"))
+    return proc, (found[0] if len(found) == 1 else None)
