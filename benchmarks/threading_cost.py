@@ -277,6 +277,22 @@ def in_job_summary(stats, processes):
     return cost.summary() if cost.pairs else None
 
 
+def method_summary(stats, processes):
+    """One method's figures from each process's pairs (off, on): each
+    process's value (process_value()), their median and its interval over
+    the processes, and the median pass of each mode over all pairs."""
+    values = [stats.process_value(pairs)[0] for pairs in processes]
+    pooled = [pair for pairs in processes for pair in pairs]
+    return {
+        "values": values,
+        "median": stats.median(values) if values else None,
+        "interval": stats.median_interval(values, "processes"),
+        "pairs": len(pooled),
+        "median_on_ms": statistics.median(p[1] for p in pooled) / 1e6 if pooled else None,
+        "median_off_ms": statistics.median(p[0] for p in pooled) / 1e6 if pooled else None,
+    }
+
+
 def measure(package, steps):
     stats = cost_statistics()
     import torch
@@ -305,34 +321,18 @@ def measure(package, steps):
                 discarded[reason] = discarded.get(reason, 0) + n
             other_classes |= set(found["pairs"]) - {device_class}
         measured = [(in_job, ab) for in_job, ab in processes if in_job and ab]
-        in_job = [stats.process_value(p)[0] for p, _ in measured]
-        ab = [stats.process_value(p)[0] for _, p in measured]
-
-        def median_ms(pairs, index):
-            return statistics.median(p[index] for pairs_ in pairs for p in pairs_) / 1e6
-
+        in_job = method_summary(stats, [p for p, _ in measured])
+        ab = method_summary(stats, [p for _, p in measured])
         row = {
             "model": name,
             "description": description,
             "class": device_class,
             "processes": len(processes),
-            "in_job": {
-                "values": in_job,
-                "median": stats.median(in_job) if in_job else None,
-                "interval": stats.median_interval(in_job, "processes"),
-                "pairs": sum(len(p) for p, _ in measured),
-                "median_on_ms": median_ms([p for p, _ in measured], 1) if measured else None,
-                "median_off_ms": median_ms([p for p, _ in measured], 0) if measured else None,
-            },
-            "ab": {
-                "values": ab,
-                "median": stats.median(ab) if ab else None,
-                "interval": stats.median_interval(ab, "processes"),
-                "pairs": sum(len(p) for _, p in measured),
-                "median_on_ms": median_ms([p for _, p in measured], 1) if measured else None,
-                "median_off_ms": median_ms([p for _, p in measured], 0) if measured else None,
-            },
-            "comparison": stats.compare_methods([a - b for a, b in zip(in_job, ab)], MARGIN),
+            "in_job": in_job,
+            "ab": ab,
+            "comparison": stats.compare_methods(
+                [a - b for a, b in zip(in_job["values"], ab["values"])], MARGIN
+            ),
             "discarded": discarded,
             "other_classes": sorted(other_classes),
             "grads": run_child(package, "grads", name),
@@ -557,10 +557,14 @@ def options():
     return out
 
 
-def _interval(interval):
+def _interval(interval, points=False):
+    """An interval and its coverage; `points` for a difference between two
+    percentages."""
     if not interval:
         return "n/a"
     low, high = interval["percent"]
+    if points:
+        return f"[{low:+.1f}, {high:+.1f}] points, {100 * interval['level']:.1f}%"
     return f"[{fmt(low)}, {fmt(high)}] {100 * interval['level']:.1f}%"
 
 
@@ -638,7 +642,7 @@ def section(rows, skipped, steps):
             f"| {fmt(ab['median']) if ab['values'] else 'no pairs'} "
             f"| {_interval(ab['interval'])} | {ms(ab)} "
             f"| {_points_or_na(comparison['median'])} "
-            f"| {_interval(comparison['interval'])} | {_verdict(comparison)} "
+            f"| {_interval(comparison['interval'], points=True)} | {_verdict(comparison)} "
             f"| {'bit-identical' if grads['identical'] else 'max abs difference %.3g' % grads['max_abs_difference']} |"
         )
     lines += [
