@@ -40,13 +40,14 @@ def build_library(default_dir: str, cmake_args: str) -> str:
 
 
 def commit() -> str:
-    """The checkout's commit, short, and whether tracked files differ from
-    it: what a generated section says it ran on."""
+    """The checkout's commit, short, and whether tracked files outside docs/
+    differ from it: what a generated section says it ran on (the sections
+    already written into docs/ change nothing that runs)."""
     out = subprocess.run(
         ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     )
     dirty = subprocess.run(
-        ["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+        ["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"],
         capture_output=True,
         text=True,
     ).stdout.strip()
