@@ -28,20 +28,28 @@ python="$venv/bin/python"
 AUTOGRAD_DEVICE_LOGGING_BUILD_DIR=$(bash "$repo/tools/build.sh" "$python")
 export AUTOGRAD_DEVICE_LOGGING_BUILD_DIR
 cd "$repo"
+# A script that fails (a build, or a target its figures miss) is named at the
+# end; the others still run.
+failed=()
 for name in "${names[@]}"; do
   echo "== $name"
   case "$name" in
-    performance) "$python" benchmarks/run_benchmarks.py ;;
-    measurement-overhead) "$python" benchmarks/threading_measurement_overhead.py ;;
-    power) "$python" benchmarks/threading_cost.py --power ;;
-    fleet-scale) "$python" benchmarks/fleet_report_scale.py ;;
-    startup) "$python" tools/measure_startup.py ;;
-    semantics) "$python" tools/measure_semantics.py ;;
-    fleet-example) "$python" tools/write_fleet_report_example.py ;;
+    performance) cmd=("$python" benchmarks/run_benchmarks.py) ;;
+    measurement-overhead) cmd=("$python" benchmarks/threading_measurement_overhead.py) ;;
+    power) cmd=("$python" benchmarks/threading_cost.py --power) ;;
+    fleet-scale) cmd=("$python" benchmarks/fleet_report_scale.py) ;;
+    startup) cmd=("$python" tools/measure_startup.py --runs 600) ;;
+    semantics) cmd=("$python" tools/measure_semantics.py) ;;
+    fleet-example) cmd=("$python" tools/write_fleet_report_example.py) ;;
     native-events)
-      "$python" tools/torch_native_events.py --write docs/torch-versions.md \
-        2.11.0 2.12.1 2.13.0 2.14.0 2.15.0 ;;
-    matrix) "$python" tools/torch_matrix.py ;;
-    soak) "$python" tools/soak.py ;;
+      cmd=("$python" tools/torch_native_events.py --write docs/torch-versions.md
+        2.11.0 2.12.1 2.13.0 2.14.0 2.15.0) ;;
+    matrix) cmd=("$python" tools/torch_matrix.py) ;;
+    soak) cmd=("$python" tools/soak.py) ;;
   esac
+  "${cmd[@]}" || failed+=("$name")
 done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "failed or missed a target: ${failed[*]}"
+  exit 1
+fi
