@@ -82,6 +82,7 @@ def main():
                 with open(os.path.join(records, name)) as f:
                     cost = json.load(f).get("threading_cost") or {}
                 pairs.add(sum(len(p) for p in cost.get("pairs", {}).values()))
+        per_process = str(min(pairs)) if len(pairs) == 1 else f"{min(pairs)} to {max(pairs)}"
         png = os.path.join(REPO, "docs", "fleet-report.png")
         report = subprocess.run(
             [sys.executable, "-m", "autograd_device_logging", "report", records, "--plot", png],
@@ -100,7 +101,7 @@ def main():
             f"{generated_docs.commit()} "
             f"({platform.machine()}, torch {' and '.join(releases)}): the demo's scenarios, "
             "each a job of training steps with the threading-cost measurement on (`run_demo.py "
-            f"--measure-threading`: {min(pairs)} to {max(pairs)} pairs per process, an "
+            f"--measure-threading`: {per_process} pairs per process, an "
             "illustration of the table rather than "
             "a measurement), on the test accelerator, once per torch release, with one shared "
             "record directory:",
