@@ -179,14 +179,22 @@ ctest_skipped=$(grep -cE "\(Skipped\)" "$work/ctest.log")
 ctest_passed=$(( ${ctest_total:-0} - ${ctest_failed:-0} - ctest_skipped ))
 
 echo "== Python tests (pytest)"
-# What the suite imports beyond torch: pytest, and expecttest, which
-# torch.testing._internal (the tests' TestCase) needs and a GPU machine's
-# torch may come without. Name each missing module and its pin rather than
-# let pytest fail on a collection error.
+# What the suite imports beyond torch (requirements.txt pins each): pytest;
+# expecttest, which torch.testing._internal (the tests' TestCase) needs; and
+# hypothesis, jsonschema and duckdb, which the record's tests use. A GPU
+# machine's Python may come without them. Name each missing module and its
+# pin rather than let pytest fail on a collection error.
 missing=$("$python" - <<'PY'
 import importlib
 missing = []
-for module in ("pytest", "expecttest", "torch.testing._internal.common_utils"):
+for module in (
+    "pytest",
+    "expecttest",
+    "hypothesis",
+    "jsonschema",
+    "duckdb",
+    "torch.testing._internal.common_utils",
+):
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as e:
