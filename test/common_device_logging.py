@@ -22,6 +22,7 @@ import types
 import unittest
 
 import jsonschema
+import pytest
 
 import torch
 
@@ -150,6 +151,7 @@ IMPORT_TEST_ACCELERATOR = (
 WITH_TEST_ACCELERATOR = f"""
 import autograd_device_logging, sys
 import jsonschema
+import pytest
 import torch
 {IMPORT_TEST_ACCELERATOR}
 d0, d1 = autograd_test_accelerator.load()
@@ -336,6 +338,12 @@ def fresh_venv(path):
     # Let the build use that environment's setuptools, not the venv's seed.
     run([python, "-m", "pip", "uninstall", "-q", "-y", "setuptools"])
     return python, site
+
+
+# The mark of a test class that pip-builds the sources: such classes share
+# one test process, so that the build below happens once per run (Note [One
+# pip build per test run] in test/conftest.py).
+IN_THE_PIP_BUILD_PROCESS = pytest.mark.xdist_group("pip-build")
 
 
 @functools.lru_cache(maxsize=None)

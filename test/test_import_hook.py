@@ -20,6 +20,7 @@ from common_device_logging import (
     BUILD_DIR,
     EVENTS,
     IMPORT_TEST_ACCELERATOR,
+    IN_THE_PIP_BUILD_PROCESS,
     LIBRARY,
     OTHER_RUNTIME_LIBRARY,
     TORCH_LOGS_EVENTS,
@@ -59,6 +60,7 @@ import os; os._exit(0)
 """
 
 
+@IN_THE_PIP_BUILD_PROCESS
 class TestImportHook(TestCase):
     @classmethod
     def setUpClass(cls):

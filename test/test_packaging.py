@@ -17,7 +17,14 @@ import sys
 import tempfile
 import unittest
 
-from common_device_logging import build_wheel, fresh_venv, new_venv, run, shared_source
+from common_device_logging import (
+    IN_THE_PIP_BUILD_PROCESS,
+    build_wheel,
+    fresh_venv,
+    new_venv,
+    run,
+    shared_source,
+)
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 import torch
@@ -49,6 +56,7 @@ def other_release(version):
     return f"{major}.{minor - 1 if minor > 0 else minor + 1}.0"
 
 
+@IN_THE_PIP_BUILD_PROCESS
 class TestPackaging(TestCase):
     def setUp(self):
         super().setUp()

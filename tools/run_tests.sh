@@ -39,10 +39,12 @@ fi
 build=$(bash "$repo/tools/build.sh" "$python") || { echo "build failed"; exit 1; }
 
 # The tests in parallel: one process per core, at most 8; a test class stays
-# in one process, so that what its setUpClass builds is built once.
+# in one process, so that what its setUpClass builds is built once, and the
+# classes that pip-build the sources share one (Note [One pip build per test
+# run] in test/conftest.py).
 workers=$(nproc)
 [ "$workers" -gt 8 ] && workers=8
-export PYTEST_ADDOPTS="-n $workers --dist loadscope ${PYTEST_ADDOPTS:-}"
+export PYTEST_ADDOPTS="-n $workers --dist loadgroup ${PYTEST_ADDOPTS:-}"
 
 status=0
 echo "== Python formatting (black, isort; configured in pyproject.toml)"
@@ -73,9 +75,13 @@ if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_OLDEST:-0}" != 1 ]; then
       bash "$repo/tools/build.sh" "$old_venv/bin/python"); then
     (cd "$old_build" && ctest --output-on-failure --parallel "$(nproc)") || status=1
     # Left out: the suites that read only source or records, which no torch
-    # release changes.
+    # release changes, and the corpus replayed in a fresh process per
+    # scenario: here the reused-process replay gives every scenario of it
+    # the same check at a tenth of the cost, and the fresh-process run of the
+    # pinned release above checks that the two modes agree.
     AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$old_build" "$old_venv/bin/python" -m pytest -q -rs \
       -p no:cacheprovider "$repo/test" \
+      -k "not test_replay_on_the_test_accelerator_agrees_with_upstream" \
       --ignore="$repo/test/test_cost_statistics.py" \
       --ignore="$repo/test/test_fleet_report_reader.py" \
       --ignore="$repo/test/test_package_structure.py" || status=1
