@@ -53,6 +53,16 @@ def setup(requirements, build_dir, cmake_args=""):
     python = os.path.join(venv, "bin", "python")
     env["AUTOGRAD_DEVICE_LOGGING_BUILD_DIR"] = build_dir
     env["AUTOGRAD_DEVICE_LOGGING_CMAKE_ARGS"] = cmake_args
+    # What the benchmarks run, and nothing of the test suite.
+    env["AUTOGRAD_DEVICE_LOGGING_TARGETS"] = " ".join(
+        [
+            "autograd_device_logging_bench",
+            "autograd_device_logging_bench_patched",
+            "autograd_device_logging_library",
+            "autograd_device_logging_python",
+            "autograd_test_accelerator",
+        ]
+    )
     sh(["bash", f"{REPO}/tools/build.sh", python], env=env, capture_output=True)
     version = sh(
         [python, "-c", "import torch; print(torch.__version__)"], capture_output=True
