@@ -11,6 +11,8 @@
   run.
 """
 
+import ast
+import glob
 import os
 import shutil
 import sys
@@ -19,6 +21,7 @@ import unittest
 
 from common_device_logging import (
     IN_THE_PIP_BUILD_PROCESS,
+    TEST_DIR,
     build_wheel,
     fresh_venv,
     new_venv,
@@ -73,6 +76,21 @@ class TestPackaging(TestCase):
         self.assertIn(f"running torch:    {TORCH_VERSION}", proc.stdout)
         self.assertIn("active:           yes", proc.stdout)
         return proc.stdout
+
+    def test_every_class_that_pip_builds_shares_one_process(self):
+        # Note [One pip build per test run] in test/conftest.py: a class that
+        # pip-builds the sources without the mark compiles them once more.
+        builders = []
+        for path in sorted(glob.glob(os.path.join(TEST_DIR, "test_*.py"))):
+            with open(path) as f:
+                tree = ast.parse(f.read())
+            for cls in (node for node in tree.body if isinstance(node, ast.ClassDef)):
+                names = {node.id for node in ast.walk(cls) if isinstance(node, ast.Name)}
+                if names & {"build_wheel", "shared_source"}:
+                    builders.append(cls.name)
+                    marks = [ast.unparse(d) for d in cls.decorator_list]
+                    self.assertIn("IN_THE_PIP_BUILD_PROCESS", marks, f"{path}: {cls.name}")
+        self.assertEqual(sorted(builders), ["TestImportHook", "TestPackaging"])
 
     def test_pip_install_into_a_fresh_venv(self):
         python, site = self.fresh_venv()
