@@ -151,7 +151,6 @@ IMPORT_TEST_ACCELERATOR = (
 WITH_TEST_ACCELERATOR = f"""
 import autograd_device_logging, sys
 import jsonschema
-import pytest
 import torch
 {IMPORT_TEST_ACCELERATOR}
 d0, d1 = autograd_test_accelerator.load()
