@@ -77,8 +77,8 @@ if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_OLDEST:-0}" != 1 ]; then
     # Left out: the suites that read only source or records, which no torch
     # release changes, and the corpus replayed in a fresh process per
     # scenario: here the reused-process replay gives every scenario of it
-    # the same check at a tenth of the cost, and the fresh-process run of the
-    # pinned release above checks that the two modes agree.
+    # the same check against the recorded answers at a tenth of the cost; the
+    # pinned release above checks each mode against them.
     AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$old_build" "$old_venv/bin/python" -m pytest -q -rs \
       -p no:cacheprovider "$repo/test" \
       -k "not test_replay_on_the_test_accelerator_agrees_with_upstream" \
