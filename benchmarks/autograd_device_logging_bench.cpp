@@ -186,6 +186,16 @@ struct Case {
   size_t graph_nodes = 0;
 };
 
+// Note [Each case starts with an uncollected call].
+void sort_free_chunks() {
+  constexpr size_t kLargerThanAnyFreeChunk = size_t{64} << 20;
+  for (int i = 0; i < 64; ++i) {
+    void* p = std::malloc(kLargerThanAnyFreeChunk);
+    benchmark::DoNotOptimize(p);
+    std::free(p);
+  }
+}
+
 void measure_cases(
     std::vector<Case>& cases,
     int iterations,
@@ -198,21 +208,25 @@ void measure_cases(
     // Note [Each case starts with an uncollected call]
     // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
     // glibc's malloc frees small chunks into fast bins and merges them only
-    // when a later large request arrives (malloc_consolidate). The case
-    // before this one may have freed the GraphTask of a 100,000-node graph,
-    // so without a call in between, the first measured call here would pay
-    // for merging 10^5 chunks, dozens of times a 10-node case's own cost,
-    // and by an amount that differed between the stock and patched
-    // processes. One call outside collection, before each measured loop,
-    // takes that work. It does not take everything the large graphs leave:
-    // with them alive, a 10-node walk still reads far above its cost in a
-    // --max-nodes=1000 run, for a reason not yet found (docs/internals.md
-    // says which figures that leaves sound).
+    // when a later large request arrives (malloc_consolidate), which puts the
+    // merged chunks on the unsorted list. Any later request that the tcache,
+    // fast and small bins cannot serve then sorts up to 10,000 of them into
+    // their bins before it returns (MAX_ITERS in malloc.c). The cases before
+    // this one may have freed the GraphTask of a 100,000-node graph, leaving
+    // some 10^5 chunks to merge and sort, so without work in between the
+    // measured calls here would pay for it: in a run with 100,000-node
+    // graphs, a 10-node walk read tens of times its own cost per call, almost
+    // all of it in _int_malloc, and by amounts that differed between the
+    // stock and patched processes. So, outside collection, one call of the
+    // case (its own first-call work), then requests too large for any free
+    // chunk, each of which sorts its share of the list before mmap serves it:
+    // 64 of them sort up to 640,000 chunks, more than any case here leaves.
     {
       auto task = dl::make_graph_task(root_of(c.graph));
       dl::run_bound_compute_dependencies(
           root_of(c.graph), *task, c.min_topo_nr);
     }
+    sort_free_chunks();
     CALLGRIND_ZERO_STATS;
     for (int i = 0; i < reps; ++i) {
       auto task = dl::make_graph_task(root_of(c.graph));
