@@ -37,23 +37,12 @@ GPU_CPU = "torch.autograd.gpu_cpu_backward"
 # Preloaded, it stalls every fsync of the process by
 # $ADL_TEST_STALL_FSYNC_SECONDS: slow or hung shared storage.
 STALL_FSYNC_LIBRARY = os.path.join(BUILD_DIR, "test", "libadl_test_stall_fsync.so")
-# Three passes that reach the record's milestones: the first pass, then each
-# event raised for the first time; prints how long they took.
-TIMED_PASSES = """
-import time
-a = torch.ones(4, requires_grad=True)
-start = time.monotonic()
-(a * 2).sum().backward()
-(a.to(d0) * 2).sum().backward()
-((a.to(d0)).sum() + a.to(d1).sum().to(d0)).backward()
-print("PASSES", time.monotonic() - start, flush=True)
-"""
 # Before a child that ends normally starts to exit: waits (at most 30 s) until
 # every autograd device thread is named, which the engine does after the
 # thread's first hold of the GIL (PythonEngine::thread_init, then
 # Engine::thread_init). A device thread still starting when Python finalizes
 # aborts the process in stock PyTorch (Note [Children skip interpreter
-# finalization] in test_autograd_device_logging.py); a test of what happens at
+# finalization] in common_device_logging.py); a test of what happens at
 # exit cannot skip finalization, so it waits for that startup instead.
 DEVICE_THREADS_STARTED = """
 import os as _os, time as _time
@@ -71,9 +60,26 @@ _deadline = _time.monotonic() + 30
 while not _wanted <= _named() and _time.monotonic() < _deadline:
     _time.sleep(0.01)
 """
+# Three passes that reach the record's milestones: the first pass, then each
+# event raised for the first time; prints how long they took,
+# then waits for the device threads (the child may end normally).
+TIMED_PASSES = (
+    """
+import time
+a = torch.ones(4, requires_grad=True)
+start = time.monotonic()
+(a * 2).sum().backward()
+(a.to(d0) * 2).sum().backward()
+((a.to(d0)).sum() + a.to(d1).sum().to(d0)).backward()
+print("PASSES", time.monotonic() - start, flush=True)
+"""
+    + DEVICE_THREADS_STARTED
+)
 # A first pass, then a pass that raises an event, each followed by a line on
-# stdout and a wait for a line on stdin: the test acts in between.
-IN_PHASES = """
+# stdout and a wait for a line on stdin: the test acts in between. Then the
+# wait for the device threads, before the child ends normally.
+IN_PHASES = (
+    """
 import sys
 a = torch.ones(4, requires_grad=True)
 (a * 2).sum().backward()
@@ -83,6 +89,8 @@ sys.stdin.readline()
 print("EVENT", flush=True)
 sys.stdin.readline()
 """
+    + DEVICE_THREADS_STARTED
+)
 # Scheduler variables a test machine may itself have set.
 SCHEDULER_VARIABLES = (
     "AUTOGRAD_DEVICE_LOGGING_JOB",
@@ -196,6 +204,7 @@ class TestProcessRecord(TestCase):
             WITH_TEST_ACCELERATOR
             + "x = torch.ones(2, requires_grad=True)\n(x * 2).sum().backward()\n"
             + "print('PASSED', flush=True)\nimport sys\nsys.stdin.read()\n"
+            + DEVICE_THREADS_STARTED
         )
         env = child_env(self.dir)
         proc = subprocess.Popen(
@@ -324,10 +333,7 @@ class TestProcessRecord(TestCase):
             [
                 sys.executable,
                 "-c",
-                WITH_TEST_ACCELERATOR
-                + TIMED_PASSES
-                + DEVICE_THREADS_STARTED
-                + "print('EXITING', flush=True)\n",
+                WITH_TEST_ACCELERATOR + TIMED_PASSES + "print('EXITING', flush=True)\n",
             ],
             env=self.env_of(LD_PRELOAD=STALL_FSYNC_LIBRARY, ADL_TEST_STALL_FSYNC_SECONDS="600"),
             stdout=subprocess.PIPE,
@@ -428,6 +434,7 @@ class TestProcessRecord(TestCase):
         # Sticky, like /tmp, it is shared.
         os.chmod(tmp, 0o1777)
         proc = self.run_child(WITH_TEST_ACCELERATOR + TIMED_PASSES)
+        self.assertEqual(proc.returncode, 0, proc.stderr_text)
         self.assertEqual(self.warnings_of(proc.stderr_text), [])
         self.assertEqual(self.only_record()["written_at"], "exit")
 
@@ -466,6 +473,7 @@ class TestProcessRecord(TestCase):
             WITH_TEST_ACCELERATOR
             + "a = torch.ones(4, requires_grad=True)\n"
             + "(a.to(d0) * 2).sum().backward()\n"
+            + DEVICE_THREADS_STARTED
             + "import os, sys\n"
             + "pid = os.fork()\n"
             + "if pid == 0:\n"
