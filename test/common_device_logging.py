@@ -110,11 +110,20 @@ def run_child(args, env_extra=None, with_package=True, stdin_code=None):
 
 # Note [Children skip interpreter finalization]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-# Stock PyTorch can abort at interpreter exit when an autograd device thread
-# is still starting up and asks for the GIL while Python finalizes ("terminate
-# called without an active exception"; seen with and without this library on
-# the test accelerator). Children therefore flush and leave with os._exit, so
-# that a test's verdict is about the backward passes, not that race.
+# Stock PyTorch can abort at interpreter exit ("terminate called without an
+# active exception"; seen with and without this library on the test
+# accelerator). A backward pass returns to its caller as soon as its last
+# node ran, and an autograd device thread that ran nodes of it may drop its
+# reference to the GraphTask a moment later. When that is the last one, the
+# GraphTask's ThreadLocalState releases a Python object it captured, which
+# takes the GIL. If the interpreter is finalizing by then, Python ends the
+# thread with pthread_exit, whose unwinding reaches a noexcept frame:
+# std::terminate. A core dump of a test child showed exactly that stack,
+# from Engine::thread_main through ~ThreadLocalState to take_gil, while the
+# main thread was in Py_FinalizeEx. Children therefore flush and leave with
+# os._exit, so that a test's verdict is about the backward passes, not that
+# race; a child that must exit normally first waits until every device
+# thread is idle (DEVICE_THREADS_IDLE in test_process_record.py).
 EXIT_NOW = (
     "\nimport os as _os, sys as _sys\n_sys.stdout.flush(); _sys.stderr.flush(); _os._exit(0)\n"
 )

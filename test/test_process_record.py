@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 from common_device_logging import (
     ACCELERATOR_LIBRARY,
@@ -32,43 +33,75 @@ from common_device_logging import (
     require_built,
 )
 from torch.testing._internal.common_utils import TestCase, run_tests
+from torch.torch_version import TorchVersion
+
+import torch
 
 GPU_CPU = "torch.autograd.gpu_cpu_backward"
 # Preloaded, it stalls every fsync of the process by
 # $ADL_TEST_STALL_FSYNC_SECONDS: slow or hung shared storage.
 STALL_FSYNC_LIBRARY = os.path.join(BUILD_DIR, "test", "libadl_test_stall_fsync.so")
-# Before a child that ends normally starts to exit: waits (at most 30 s) until
-# every autograd device thread is named, which the engine does after the
-# thread's first hold of the GIL (PythonEngine::thread_init, then
-# Engine::thread_init). A device thread still starting when Python finalizes
-# aborts the process in stock PyTorch (Note [Children skip interpreter
-# finalization] in common_device_logging.py); a test of what happens at
-# exit cannot skip finalization, so it waits for that startup instead. Torch
-# names those threads from 2.3 on; before, there is no name to wait for, and
-# the child goes on at once (its exit status, which the tests check, shows the
-# race if it hits).
-DEVICE_THREADS_STARTED = """
-import os as _os, time as _time
+# Before a child that ends normally starts to exit: waits (at most 30 s)
+# until every autograd device thread is back in its ready queue's wait, so
+# that no device thread still holds a GraphTask when Python finalizes (Note
+# [Children skip interpreter finalization] in common_device_logging.py). A
+# test of what happens at exit cannot skip finalization, so it waits instead.
+# A device thread waits in ReadyQueue::pop on a condition variable: a futex
+# FUTEX_WAIT_BITSET without timeout, which /proc/self/task/<tid>/syscall
+# shows; a thread waiting for the GIL waits with a timeout, one waiting for
+# a mutex with FUTEX_WAIT, one running shows no syscall. Three readings
+# 10 ms apart, each with the GIL released between them. Torch names those
+# threads from 2.3 on; before, there is no name to find, and the child goes
+# on at once (its exit status, which the tests check, shows the race if it
+# hits). Where /proc shows no syscall (another architecture, a sandbox), the
+# names alone are waited for.
+DEVICE_THREADS_IDLE = """
+import os as _os, platform as _platform, time as _time
 from torch.torch_version import TorchVersion as _TorchVersion
-def _named():
-    names = set()
+_FUTEX = {"x86_64": 202, "aarch64": 98}.get(_platform.machine())
+def _syscall_of(tid):
+    try:
+        with open(f"/proc/self/task/{tid}/syscall") as f:
+            return f.read().split()
+    except OSError:
+        return None
+_see_syscalls = _FUTEX is not None and _syscall_of(_os.getpid()) is not None
+def _device_threads():
+    found = {}
     for tid in _os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/comm") as f:
-                names.add(f.read().strip())
+                found[f.read().strip()] = tid
         except OSError:
             pass
-    return names
+    return found
+def _waits_for_work(tid):
+    if not _see_syscalls:
+        return True
+    fields = _syscall_of(tid)
+    return (
+        fields is not None
+        and len(fields) > 4
+        and fields[0] == str(_FUTEX)
+        and int(fields[2], 16) & 0x7F == 9
+        and int(fields[4], 16) == 0
+    )
 _wanted = {f"pt_autograd_{i}" for i in range(max(2, torch.cuda.device_count()))}
 if _TorchVersion(torch.__version__) < "2.3":
     _wanted = set()
 _deadline = _time.monotonic() + 30
-while not _wanted <= _named() and _time.monotonic() < _deadline:
+_idle_readings = 0
+while _idle_readings < 3 and _time.monotonic() < _deadline:
+    _threads = _device_threads()
+    if _wanted <= set(_threads) and all(_waits_for_work(_threads[n]) for n in _wanted):
+        _idle_readings += 1
+    else:
+        _idle_readings = 0
     _time.sleep(0.01)
 """
 # Three passes that reach the record's milestones: the first pass, then each
 # event raised for the first time; prints how long they took,
-# then waits for the device threads (the child may end normally).
+# then waits for the device threads to go idle (the child may end normally).
 TIMED_PASSES = (
     """
 import time
@@ -79,7 +112,7 @@ start = time.monotonic()
 ((a.to(d0)).sum() + a.to(d1).sum().to(d0)).backward()
 print("PASSES", time.monotonic() - start, flush=True)
 """
-    + DEVICE_THREADS_STARTED
+    + DEVICE_THREADS_IDLE
 )
 # A first pass, then a pass that raises an event, each followed by a line on
 # stdout and a wait for a line on stdin: the test acts in between. Then the
@@ -95,7 +128,7 @@ sys.stdin.readline()
 print("EVENT", flush=True)
 sys.stdin.readline()
 """
-    + DEVICE_THREADS_STARTED
+    + DEVICE_THREADS_IDLE
 )
 # Scheduler variables a test machine may itself have set.
 SCHEDULER_VARIABLES = (
@@ -187,6 +220,43 @@ class TestProcessRecord(TestCase):
     def warnings_of(self, stderr):
         return [line for line in stderr.splitlines() if "autograd_device_logging" in line]
 
+    @unittest.skipIf(
+        TorchVersion(torch.__version__) < "2.3",
+        "torch names its autograd device threads from 2.3 on; before, the wait has none to find",
+    )
+    def test_device_threads_idle_waits_for_a_busy_device_thread(self):
+        # The children's wait before a normal exit holds while a device
+        # thread still runs a node: here a hook on the device that sleeps
+        # 1.5 s, started from another thread.
+        code = (
+            WITH_TEST_ACCELERATOR
+            + """
+import threading, time
+a = torch.ones(4, requires_grad=True)
+(a.to(d0) * 2).sum().backward()
+started = threading.Event()
+def hook(grad):
+    started.set()
+    time.sleep(1.5)
+    return grad
+b = a.to(d0)
+b.register_hook(hook)
+worker = threading.Thread(target=lambda: (b * 2).sum().backward())
+worker.start()
+started.wait()
+waiting = time.monotonic()
+"""
+            + DEVICE_THREADS_IDLE
+            + "print('WAITED', time.monotonic() - waiting, flush=True)\nworker.join()\n"
+        )
+        proc = self.run_child(code)
+        self.assertEqual(proc.returncode, 0, proc.stderr_text)
+        lines = [l for l in proc.stdout_text.splitlines() if l.startswith("WAITED ")]
+        self.assertEqual(len(lines), 1, proc.stdout_text)
+        # Most of the hook's 1.5 s, far below the wait's 30 s bound.
+        self.assertGreater(float(lines[0].split()[1]), 1.0, proc.stdout_text)
+        self.assertLess(float(lines[0].split()[1]), 20.0, proc.stdout_text)
+
     def test_sigkill_after_an_event_leaves_the_event(self):
         # The process raises gpu_cpu, then is killed: no atexit handler runs.
         code = (
@@ -210,7 +280,7 @@ class TestProcessRecord(TestCase):
             WITH_TEST_ACCELERATOR
             + "x = torch.ones(2, requires_grad=True)\n(x * 2).sum().backward()\n"
             + "print('PASSED', flush=True)\nimport sys\nsys.stdin.read()\n"
-            + DEVICE_THREADS_STARTED
+            + DEVICE_THREADS_IDLE
         )
         env = child_env(self.dir)
         proc = subprocess.Popen(
@@ -479,7 +549,7 @@ class TestProcessRecord(TestCase):
             WITH_TEST_ACCELERATOR
             + "a = torch.ones(4, requires_grad=True)\n"
             + "(a.to(d0) * 2).sum().backward()\n"
-            + DEVICE_THREADS_STARTED
+            + DEVICE_THREADS_IDLE
             + "import os, sys\n"
             + "pid = os.fork()\n"
             + "if pid == 0:\n"
