@@ -5,7 +5,8 @@
 # process per core with pytest-xdist), both again on an ASan+UBSan build, and
 # the concurrent cases on a TSan build (tools/run_sanitizers.sh address, then
 # thread). Then the oldest supported torch release (2.0.1, its cached venv
-# from tools/torch_matrix.py --venv): build, ctest and the Python suites that
+# from tools/torch_matrix.py --venv, made in the background from the start):
+# build, ctest and the Python suites that
 # run torch (those that read only source or records are the same on every
 # release), no sanitizers, so that the oldest code paths cannot rot. Last, it
 # checks that the run wrote nothing into the checkout but its build folders
@@ -35,6 +36,17 @@ python=${1:-}
 if [ -z "$python" ]; then
   venv=$(bash "$repo/tools/setup_env.sh") || exit 1
   python="$venv/bin/python"
+fi
+# The oldest release's venv is made (on a fresh machine: downloaded, about
+# 3 minutes) in the background while the builds and tests below run on the
+# CPUs; its section waits for it.
+oldest=2.0.1
+if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_OLDEST:-0}" != 1 ]; then
+  oldest_setup=$(mktemp -d)
+  trap 'rm -rf "$oldest_setup"' EXIT
+  python3 "$repo/tools/torch_matrix.py" --venv "$oldest" \
+    >"$oldest_setup/venv" 2>"$oldest_setup/log" &
+  oldest_setup_pid=$!
 fi
 build=$(bash "$repo/tools/build.sh" "$python") || { echo "build failed"; exit 1; }
 
@@ -66,10 +78,12 @@ if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_SANITIZERS:-0}" != 1 ]; then
   done
 fi
 
-oldest=2.0.1
 if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_OLDEST:-0}" != 1 ]; then
   echo "== torch $oldest, the oldest supported release: build, C++ and Python tests"
-  if old_venv=$(python3 "$repo/tools/torch_matrix.py" --venv "$oldest") &&
+  wait "$oldest_setup_pid"
+  oldest_setup_status=$?
+  cat "$oldest_setup/log" >&2
+  if [ "$oldest_setup_status" = 0 ] && old_venv=$(cat "$oldest_setup/venv") &&
     old_build=$(AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$repo/build-oldest" \
       AUTOGRAD_DEVICE_LOGGING_CMAKE_ARGS=-DAUTOGRAD_DEVICE_LOGGING_BUILD_BENCHMARKS=OFF \
       bash "$repo/tools/build.sh" "$old_venv/bin/python"); then
