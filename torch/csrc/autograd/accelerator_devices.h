@@ -5,7 +5,7 @@
 // run on the CPU ready queue. The per-pass logging (pass_logging.cpp) and the
 // per-process record (process_record.cpp) both count them.
 
-#include <torch/csrc/autograd/backward_device_classifier.h>
+#include <torch/csrc/autograd/backward_device_class.h>
 
 #include <c10/core/DeviceType.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>

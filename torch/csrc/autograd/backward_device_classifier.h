@@ -4,6 +4,7 @@
 // functions over autograd Nodes, with no global state, so that they can be
 // unit-tested on hand-made graphs without an engine.
 
+#include <torch/csrc/autograd/backward_device_class.h>
 #include <torch/csrc/autograd/function.h>
 
 #include <c10/core/Device.h>
@@ -15,34 +16,6 @@
 #include <optional>
 
 namespace torch::autograd::device_logging {
-
-// The two once-per-process API-usage events, as bits.
-enum BackwardDeviceEvent : uint8_t {
-  kNoBackwardDeviceEvent = 0,
-  // The pass spans two or more distinct accelerator devices.
-  kMultiDeviceBackward = 1u << 0,
-  // The pass has an accelerator device and at least one CPU-routed node.
-  kGpuCpuBackward = 1u << 1,
-  kAllBackwardDeviceEvents = kMultiDeviceBackward | kGpuCpuBackward,
-};
-
-constexpr const char* kMultiDeviceBackwardEventName =
-    "torch.autograd.multidevice_backward";
-constexpr const char* kGpuCpuBackwardEventName =
-    "torch.autograd.gpu_cpu_backward";
-
-// Note [Which events a pass's devices imply]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The one definition of both events, which every classifier below asks: a
-// pass whose nodes are routed to `distinct_accelerators` distinct accelerator
-// devices (any count of 2 or more decides the same) and, if
-// `has_cpu_node`, also to the CPU ready queue.
-constexpr uint8_t backward_device_events(
-    int distinct_accelerators,
-    bool has_cpu_node) noexcept {
-  return (distinct_accelerators >= 2 ? kMultiDeviceBackward : 0) |
-      (distinct_accelerators >= 1 && has_cpu_node ? kGpuCpuBackward : 0);
-}
 
 // Note [Where the engine runs a node]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -56,12 +29,6 @@ constexpr uint8_t backward_device_events(
 // so its answer is "where this node would run", not "which tensors it saw".
 // Note that the rule looks only at the first non-CPU input: a node with inputs
 // (meta, cuda:0) is routed by meta, i.e. to the CPU queue, as in the engine.
-
-// True for device types whose nodes the engine runs on the CPU ready queue.
-constexpr bool runs_on_cpu_ready_queue(c10::DeviceType type) noexcept {
-  return type == c10::DeviceType::CPU || type == c10::DeviceType::Meta ||
-      type == c10::DeviceType::Lazy;
-}
 
 // Note [Reading an input's device through its stream]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -487,65 +454,17 @@ C10_ALWAYS_INLINE PassDeviceSummary classify_backward_pass(
       : detail::fold_pass_nodes<true>(root, nodes, wanted, min_topo_nr);
 }
 
-// Device classes of a backward pass, for the opt-in per-pass statistics.
-enum class BackwardDeviceClass : uint8_t {
-  kCpuOnly = 0,           // no node routed to an accelerator
-  kSingleAccelerator = 1, // one accelerator device, no CPU-routed node
-  kAcceleratorCpu = 2,    // one accelerator device and CPU-routed nodes
-  kMultiAccelerator = 3,  // two or more accelerator devices (CPU or not)
-};
-constexpr int kNumBackwardDeviceClasses = 4;
-
-// Everything the statistics want from one pass: the distinct accelerator
-// devices (counted exactly up to kMaxCountedAccelerators, a fixed array, so
-// no allocation) and whether a CPU-routed node occurs. Reads every node.
-struct PassDeviceCensus {
-  static constexpr int kMaxCountedAccelerators = 16;
-  // (type, index) of each distinct accelerator seen, packed into 16 bits.
-  std::array<uint16_t, kMaxCountedAccelerators> accelerators{};
-  // Distinct accelerator devices seen, saturating at kMaxCountedAccelerators.
-  int num_accelerators = 0;
-  bool has_cpu_node = false;
-  uint64_t nodes_inspected = 0;
-
-  void add(const Node& node) noexcept {
-    ++nodes_inspected;
-    const NodeRoute route = route_of(node);
-    if (route.queue == NodeQueue::kNone) {
-      return;
-    }
-    if (route.queue == NodeQueue::kCpu) {
-      has_cpu_node = true;
-      return;
-    }
-    const uint16_t key = static_cast<uint16_t>(
-        (static_cast<uint16_t>(route.device.type()) << 8) |
-        static_cast<uint8_t>(route.device.index()));
-    for (int i = 0; i < num_accelerators; ++i) {
-      if (accelerators[i] == key) {
-        return;
-      }
-    }
-    if (num_accelerators < kMaxCountedAccelerators) {
-      accelerators[num_accelerators++] = key;
-    }
+// Adds one node to a pass's census: where the engine would run it (Note
+// [Where the engine runs a node]).
+inline void add_to_census(PassDeviceCensus& census, const Node& node) noexcept {
+  ++census.nodes_inspected;
+  const NodeRoute route = route_of(node);
+  if (route.queue == NodeQueue::kCpu) {
+    census.has_cpu_node = true;
+  } else if (route.queue == NodeQueue::kAccelerator) {
+    census.add_accelerator(route.device);
   }
-
-  BackwardDeviceClass device_class() const noexcept {
-    if (num_accelerators >= 2) {
-      return BackwardDeviceClass::kMultiAccelerator;
-    }
-    if (num_accelerators == 1) {
-      return has_cpu_node ? BackwardDeviceClass::kAcceleratorCpu
-                          : BackwardDeviceClass::kSingleAccelerator;
-    }
-    return BackwardDeviceClass::kCpuOnly;
-  }
-
-  uint8_t events() const noexcept {
-    return backward_device_events(num_accelerators, has_cpu_node);
-  }
-};
+}
 
 // The census of a whole pass: root plus the nodes of `nodes` at or above
 // `min_topo_nr` (Note [Nodes below min_topo_nr are not part of the pass]),
@@ -557,12 +476,12 @@ PassDeviceCensus census_backward_pass(
     uint64_t min_topo_nr = 0) noexcept {
   PassDeviceCensus census;
   if (root != nullptr) {
-    census.add(*root);
+    add_to_census(census, *root);
   }
   for (const Node* node : nodes) {
     if (node != root &&
         (min_topo_nr == 0 || node->topological_nr() >= min_topo_nr)) {
-      census.add(*node);
+      add_to_census(census, *node);
     }
   }
   return census;

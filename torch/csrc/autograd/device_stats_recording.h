@@ -4,7 +4,7 @@
 // (device_stats.cpp). Internal to the library: the public API is
 // device_stats.h.
 
-#include <torch/csrc/autograd/backward_device_classifier.h>
+#include <torch/csrc/autograd/backward_device_class.h>
 
 namespace torch::autograd::device_logging::detail {
 

@@ -8,7 +8,7 @@
 // whatever the once-per-process state says, so a pass is classified even
 // after both events fired.
 
-#include <torch/csrc/autograd/backward_device_classifier.h>
+#include <torch/csrc/autograd/backward_device_class.h>
 
 namespace torch::autograd::device_logging {
 

@@ -3,7 +3,7 @@
 #include <torch/csrc/autograd/process_record.h>
 
 #include <torch/csrc/autograd/accelerator_devices.h>
-#include <torch/csrc/autograd/backward_device_classifier.h>
+#include <torch/csrc/autograd/backward_device_class.h>
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/interposition.h>
