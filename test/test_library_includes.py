@@ -15,9 +15,12 @@ import tempfile
 
 from common_device_logging import BUILD_DIR, REPO
 from torch.testing._internal.common_utils import TestCase, run_tests
-from torch.utils.cpp_extension import include_paths
+
+import torch
 
 SOURCE_DIR = os.path.join(REPO, "torch", "csrc", "autograd")
+# torch's headers, as CMakeLists.txt finds them in the installed torch.
+TORCH_INCLUDE = os.path.join(os.path.dirname(torch.__file__), "include")
 # The header that brings in most of ATen's (<torch/csrc/autograd/function.h>).
 GRAPH_HEADER = os.path.join("torch", "csrc", "autograd", "function.h")
 # The sources that read a graph: the seam, the per-pass work, and the
@@ -45,7 +48,11 @@ def included_headers(source):
     for macro in ("VERSION", "TORCH_BUILD_VERSION", "TORCH_BUILD_COMMIT"):
         flags.append(f'-DAUTOGRAD_DEVICE_LOGGING_{macro}=""')
     flags.append("-DAUTOGRAD_DEVICE_LOGGING_TORCH_BUILD_CXX11_ABI=1")
-    for path in include_paths() + [os.path.join(REPO, "third_party", "nlohmann_json", "include")]:
+    for path in (
+        TORCH_INCLUDE,
+        os.path.join(TORCH_INCLUDE, "torch", "csrc", "api", "include"),
+        os.path.join(REPO, "third_party", "nlohmann_json", "include"),
+    ):
         flags += ["-isystem", path]
     proc = subprocess.run([compiler(), *flags, "-M", source], capture_output=True, text=True)
     if proc.returncode != 0:

@@ -103,8 +103,8 @@ class TestRecordVocabulary(TestCase):
             threading_cost_object()["properties"]["pairs"]["propertyNames"]["examples"], classes
         )
         events = PROPERTIES["events"]["items"]["examples"]
-        classifier = source(AUTOGRAD, "backward_device_classifier.h")
-        self.assertEqual(re.findall(r'k\w+BackwardEventName =\s*"([\w.]+)";', classifier), events)
+        class_header = source(AUTOGRAD, "backward_device_class.h")
+        self.assertEqual(re.findall(r'k\w+BackwardEventName =\s*"([\w.]+)";', class_header), events)
         fields = source(PACKAGE, "record_fields.py")
         python_events = re.search(r"^EVENTS = \{(.*?)^\}", fields, re.M | re.S).group(1)
         self.assertEqual(re.findall(r'^\s*"([\w.]+)":', python_events, re.M), events)

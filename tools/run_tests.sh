@@ -32,6 +32,9 @@ tree_state() {
 }
 tree_before=$(tree_state)
 
+# A section's header says how long the run had taken when it began.
+section() { printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+
 python=${1:-}
 if [ -z "$python" ]; then
   venv=$(bash "$repo/tools/setup_env.sh") || exit 1
@@ -59,7 +62,7 @@ workers=$(nproc)
 export PYTEST_ADDOPTS="-n $workers --dist loadgroup ${PYTEST_ADDOPTS:-}"
 
 status=0
-echo "== Python formatting (black, isort; configured in pyproject.toml)"
+section "Python formatting (black, isort; configured in pyproject.toml)"
 mapfile -t python_sources < <(git -C "$repo" ls-files '*.py' | sed "s|^|$repo/|")
 if [ ${#python_sources[@]} -eq 0 ]; then
   python_sources=("$repo")  # not a git checkout: everything below the repo
@@ -67,19 +70,19 @@ fi
 (cd "$repo" && "$python" -m black --check --quiet "${python_sources[@]}" &&
   "$python" -m isort --check-only --quiet "${python_sources[@]}") ||
   { echo "Python sources are not formatted: run black and isort (pyproject.toml)"; status=1; }
-echo "== C++ tests (ctest)"
+section "C++ tests (ctest)"
 (cd "$build" && ctest --output-on-failure --parallel "$(nproc)") || status=1
-echo "== Python tests (pytest)"
+section "Python tests (pytest)"
 AUTOGRAD_DEVICE_LOGGING_BUILD_DIR="$build" "$python" -m pytest -q -rs -p no:cacheprovider "$repo/test" || status=1
 if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_SANITIZERS:-0}" != 1 ]; then
   for sanitizer in address thread; do
-    echo "== $sanitizer sanitizer build"
+    section "$sanitizer sanitizer build"
     AUTOGRAD_DEVICE_LOGGING_BUILD_DIR= bash "$repo/tools/run_sanitizers.sh" "$sanitizer" "$python" || status=1
   done
 fi
 
 if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_OLDEST:-0}" != 1 ]; then
-  echo "== torch $oldest, the oldest supported release: build, C++ and Python tests"
+  section "torch $oldest, the oldest supported release: build, C++ and Python tests"
   wait "$oldest_setup_pid"
   oldest_setup_status=$?
   cat "$oldest_setup/log" >&2
@@ -105,7 +108,7 @@ if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_OLDEST:-0}" != 1 ]; then
   fi
 fi
 
-echo "== The checkout is as the tests found it"
+section "The checkout is as the tests found it"
 if ! git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
   echo "not a git checkout: not checked"
 elif [ "$(tree_state)" != "$tree_before" ]; then
@@ -115,4 +118,5 @@ elif [ "$(tree_state)" != "$tree_before" ]; then
 else
   echo "unchanged: $(printf '%s' "$tree_before" | grep -c . || true) entries before and after, none new"
 fi
+section "done: exit status $status"
 exit $status
