@@ -88,6 +88,7 @@ def run_child(args, env_extra=None, with_package=True, stdin_code=None):
     env["PYTORCH_API_USAGE_STDERR"] = "1"
     env.pop("LD_PRELOAD", None)
     env.pop("AUTOGRAD_DEVICE_LOGGING_LIBRARY", None)
+    env.pop("AUTOGRAD_DEVICE_LOGGING_PROGRAM", None)
     if with_package:
         env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     for key, value in (env_extra or {}).items():
@@ -277,6 +278,10 @@ def child_env(report_dir, **extra):
         "AUTOGRAD_DEVICE_LOGGING_LIBRARY",
         "AUTOGRAD_DEVICE_LOGGING_STATS",
         "PYTORCH_AUTOGRAD_DEVICE_STATS",
+        # A test process that loaded the library set it (Note [A child joins
+        # the job of the program that started it]); each child is a job's
+        # first process.
+        "AUTOGRAD_DEVICE_LOGGING_PROGRAM",
     ):
         env.pop(name, None)
     env.update(

@@ -57,13 +57,11 @@ WITHOUT_DEFINITION_LIBRARY = os.path.join(
 # own (C++) warning when another definition comes first in the global lookup
 # order; each must be told apart from the other.
 LATE_IMPORT_WARNING = (
-    "RuntimeWarning: autograd_device_logging was imported after torch: libtorch "
+    "autograd_device_logging: imported after torch: libtorch "
     "bound Engine::compute_dependencies to its own definition when torch was "
     "imported, so backward passes in this process are not logged."
 )
-LOOKUP_ORDER_WARNING = (
-    "autograd_device_logging is loaded, but the first Engine::compute_dependencies"
-)
+LOOKUP_ORDER_WARNING = "autograd_device_logging: loaded, but the first Engine::compute_dependencies"
 
 # A CPU-only model whose gradients the cases compare bitwise.
 CPU_MODEL = """
@@ -279,7 +277,7 @@ class TestAutogradDeviceLogging(TestCase):
             "libtorch's torch::autograd::Engine::compute_dependencies was not found",
             result.status["disabled_reason"],
         )
-        self.assertEqual(result.stderr.count("autograd_device_logging is disabled"), 1)
+        self.assertEqual(result.stderr.count("autograd_device_logging: disabled: "), 1)
         self.assertIn(
             "BACKWARD_ERROR autograd_device_logging: libtorch's "
             "Engine::compute_dependencies could not be found; remove the library "
@@ -301,7 +299,7 @@ class TestAutogradDeviceLogging(TestCase):
             f"built for torch 0.0.0 but this process runs torch {version}",
             result.status["disabled_reason"],
         )
-        self.assertEqual(result.stderr.count("autograd_device_logging is disabled"), 1)
+        self.assertEqual(result.stderr.count("autograd_device_logging: disabled: "), 1)
         check = run_child(
             ["-m", "autograd_device_logging", "--check"],
             env_extra={"AUTOGRAD_DEVICE_LOGGING_LIBRARY": OTHER_TORCH_LIBRARY},
@@ -323,7 +321,7 @@ class TestAutogradDeviceLogging(TestCase):
         )
         self.assert_same_grads(stock, other)
         self.assertIn(line, result.status["disabled_reason"])
-        self.assertEqual(result.stderr.count("autograd_device_logging is disabled"), 1)
+        self.assertEqual(result.stderr.count("autograd_device_logging: disabled: "), 1)
         self.assertIn(line, result.stderr)
 
     def test_library_built_for_another_build_of_this_release_disables_itself(self):
@@ -603,7 +601,7 @@ class TestWithTestAccelerator(TestCase):
         self.assertIn("GRADS_OK", result.stdout)
         self.assertEqual(result.events, [])
         self.assertEqual(
-            result.stderr.count("autograd_device_logging is disabled"), 1, result.stderr
+            result.stderr.count("autograd_device_logging: disabled: "), 1, result.stderr
         )
         self.assertIn("injected classifier fault", result.status["disabled_reason"])
         self.assertNotIn("Exception raised from", result.status["disabled_reason"])

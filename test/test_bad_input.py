@@ -57,7 +57,9 @@ def plain_python(args, env_extra=None):
 
 
 def stderr_lines(result):
-    return result.stderr.splitlines()
+    """The lines on stderr, less the source line that Python's warnings
+    print under a warning's own line (indented)."""
+    return [l for l in result.stderr.splitlines() if not l.startswith("  ")]
 
 
 class TestLauncher(TestCase):

@@ -129,7 +129,7 @@ class TestFleetReport(TestCase):
         self.assertEqual(len(records), len(plan))
         self.assertEqual(len({r["pid"] for r in records}), len(plan))
         for r in records:
-            self.assertEqual(r["schema"], "2.2")
+            self.assertEqual(r["schema"], "2.3")
             self.assertEqual(r["accelerators"], {"testaccel": 2})
             self.assertEqual(r["activated_by"], "by import")
             self.assertEqual(r["job_source"], "AUTOGRAD_DEVICE_LOGGING_JOB")
@@ -375,19 +375,19 @@ class TestFleetReport(TestCase):
         self.assertEqual(
             summary["skipped"],
             {
-                "unreadable": 3,
+                "malformed: not JSON": 3,
                 "not a regular file": 1,
-                "not a record": 1,
+                "malformed: not a record": 1,
                 "newer schema": 1,
-                "bad field: events": 1,
-                "bad field: passes_classified": 1,
-                "bad field: pid": 1,
+                "malformed: bad field: events": 1,
+                "malformed: bad field: passes_classified": 1,
+                "malformed: bad field: pid": 1,
             },
         )
         # The newer minor version is read, its unknown field ignored.
         self.assertEqual(summary["jobs"]["(all jobs)"]["processes"], 2)
         table = report(self.dir).stdout
-        self.assertIn("3 records skipped: unreadable", table)
+        self.assertIn("3 records skipped: malformed: not JSON", table)
         self.assertIn("1 record skipped: newer schema", table)
 
     def test_entries_that_are_not_regular_files_are_skipped_without_blocking(self):
@@ -479,9 +479,9 @@ class TestFleetReport(TestCase):
             timeout=300,
         )
         self.assertEqual(proc.returncode, 2)
-        self.assertTrue(
-            proc.stderr.strip().endswith("--plot needs matplotlib: pip install matplotlib"),
-            proc.stderr,
+        self.assertEqual(
+            proc.stderr.splitlines(),
+            ["-c: argument --plot: needs matplotlib: pip install matplotlib (--help says more)"],
         )
 
 

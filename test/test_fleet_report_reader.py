@@ -489,7 +489,9 @@ class TestFleetReportReader(TestCase):
         self.assertEqual(everything["interval"]["level"], 0.5)
         # The table: jobs ordered by the estimate, all jobs last; each
         # estimate with its units, each interval with its coverage.
-        table = report.report_text.format_table(report.fleet_report.summarize_directory(self.dir))
+        table = report.report_text.format_table(
+            report.fleet_report.summarize_directory(self.dir), width=None
+        )
         rows = [l for l in table.splitlines() if re.search(r" ms$", l)]
         self.assertEqual(
             [r.split()[:2] for r in rows],
@@ -516,7 +518,7 @@ class TestFleetReportReader(TestCase):
         with open(os.path.join(self.dir, "digits.json"), "w") as f:
             f.write('{"schema": "2.0", "pid": ' + "9" * 5000 + "}")
         result = report.fleet_report.summarize_directory(self.dir)
-        self.assertEqual(result["skipped"], {"too large": 1, "unreadable": 2})
+        self.assertEqual(result["skipped"], {"too large": 1, "malformed: not JSON": 2})
 
     def test_denominator_is_processes_that_ran_backward(self):
         self.write(
@@ -544,7 +546,9 @@ class TestFleetReportReader(TestCase):
                 "torchrun agent": 1,
             },
         )
-        table = report.report_text.format_table(report.fleet_report.summarize_directory(self.dir))
+        table = report.report_text.format_table(
+            report.fleet_report.summarize_directory(self.dir), width=None
+        )
         self.assertRegex(
             table, r"\nj +5 +3 +1/5 \(20%\) +2/5 \(40%\) .* 1 agent, 1 no backward, 1 disabled"
         )
@@ -809,7 +813,7 @@ class TestFleetReportReader(TestCase):
         self.assertEqual(outputs[0], outputs[1])
         self.assertEqual(outputs[0], outputs[2])
         result = json.loads(outputs[0])
-        self.assertEqual(result["skipped"], {"symbolic link": 1, "unreadable": 1})
+        self.assertEqual(result["skipped"], {"symbolic link": 1, "malformed: not JSON": 1})
         self.assertIsNotNone(result["jobs"][report.fleet_totals.ALL_JOBS]["threading_cost"])
         self.assertEqual(self.report(self.dir, "--workers", "0").returncode, 2)
 

@@ -90,7 +90,12 @@ class TestImportHook(TestCase):
 
     def run_python(self, args, python=None, env_extra=None, cwd=None):
         env = dict(os.environ)
-        for name in ("PYTHONPATH", "LD_PRELOAD", "AUTOGRAD_DEVICE_LOGGING_LIBRARY"):
+        for name in (
+            "PYTHONPATH",
+            "LD_PRELOAD",
+            "AUTOGRAD_DEVICE_LOGGING_LIBRARY",
+            "AUTOGRAD_DEVICE_LOGGING_PROGRAM",
+        ):
             env.pop(name, None)
         env.update(
             PYTORCH_API_USAGE_STDERR="1",
@@ -350,7 +355,7 @@ class TestImportHook(TestCase):
             self.assertEqual(proc.returncode, 0, proc.stderr)
             lines = self.warnings_in(proc)
             self.assertEqual(len(lines), 1, proc.stderr)
-            self.assertIn("was imported after torch", lines[0])
+            self.assertIn("imported after torch", lines[0])
             self.assertIn(f"did not run: {cause}", lines[0])
 
     def test_explicit_import_launcher_and_preload_load_one_copy(self):

@@ -54,7 +54,13 @@ class TestPthGuard(TestCase):
 
     def import_torch(self, *python_flags, pythonpath=None):
         env = dict(os.environ)
-        for name in ("PYTHONPATH", "LD_PRELOAD", "AUTOGRAD_DEVICE_LOGGING", "PYTHONWARNINGS"):
+        for name in (
+            "PYTHONPATH",
+            "LD_PRELOAD",
+            "AUTOGRAD_DEVICE_LOGGING",
+            "PYTHONWARNINGS",
+            "AUTOGRAD_DEVICE_LOGGING_PROGRAM",
+        ):
             env.pop(name, None)
         if pythonpath:
             env["PYTHONPATH"] = pythonpath

@@ -48,6 +48,7 @@ class TestRecordVocabulary(TestCase):
     def setUp(self):
         super().setUp()
         self.record = source(AUTOGRAD, "process_record.cpp")
+        self.identity = source(AUTOGRAD, "process_identity.cpp")
 
     def test_the_writer_writes_the_schemas_fields(self):
         written = set(re.findall(r'\br\["(\w+)"\]\s*=', self.record))
@@ -71,17 +72,21 @@ class TestRecordVocabulary(TestCase):
         calling = re.search(r'kCallingThread = "(\w+)"', placement).group(1)
         device = re.search(r'kDeviceThreadPrefix = "(\w+)"', placement).group(1)
         self.assertEqual(thread_schema["propertyNames"]["examples"], [calling, device + "0"])
-        torch = set(
-            re.findall(r'\{"(\w+)",', function_body(self.record, "nlohmann::json make_record("))
-        )
-        self.assertEqual(torch, set(PROPERTIES["torch"]["properties"]))
+        make_record = function_body(self.record, "nlohmann::json make_record(")
+        for field in ("torch", "parent"):
+            statement = re.search(rf'r\["{field}"\] = \{{(.*?)\}};', make_record, re.S).group(1)
+            self.assertEqual(
+                set(re.findall(r'\{"(\w+)",', statement)), set(PROPERTIES[field]["properties"])
+            )
 
     def test_the_writers_values_are_the_schemas(self):
-        jobs = function_body(self.record, "std::pair<std::string, std::string> job_and_source(")
+        jobs = function_body(
+            self.identity, "std::pair<std::string, std::string> job_wide_name_and_source("
+        )
         self.assertEqual(
             set(re.findall(r'"(\w+)"\}', jobs)), set(PROPERTIES["job_source"]["examples"])
         )
-        role = function_body(self.record, "std::string role()")
+        role = function_body(self.identity, "std::string role()")
         self.assertEqual(
             set(re.findall(r'return "(\w+)";', role)), set(PROPERTIES["role"]["examples"])
         )
@@ -115,7 +120,7 @@ class TestRecordVocabulary(TestCase):
         # The checks above find a planted difference.
         planted = self.record.replace('r["pid"] =', 'r["process_id"] =')
         self.assertNotEqual(set(re.findall(r'\br\["(\w+)"\]\s*=', planted)), set(PROPERTIES))
-        role = function_body(self.record, "std::string role()").replace('"agent"', '"launcher"')
+        role = function_body(self.identity, "std::string role()").replace('"agent"', '"launcher"')
         self.assertNotEqual(
             set(re.findall(r'return "(\w+)";', role)), set(PROPERTIES["role"]["examples"])
         )

@@ -477,7 +477,7 @@ os.kill(os.getpid(), signal.SIGKILL)
         )
         self.assertEqual(proc.returncode, -signal.SIGKILL, proc.stderr)
         record = self.only_record()
-        self.assertEqual(record["schema"], "2.2")
+        self.assertEqual(record["schema"], "2.3")
         cost = record["threading_cost"]
         self.assertEqual(len(cost["pairs"]["single_accelerator"]), 3)
         self.assertEqual(record["written_at"], "measurement")

@@ -60,7 +60,6 @@ def write_process_record() -> bool:
     lib = _activation.library()
     if lib is None:
         return False
-    _activation.tell_record()
     _measurement.record_counts()
     return bool(lib.autograd_device_logging_write_process_record())
 
@@ -129,7 +128,9 @@ def status() -> Status:
         active=bool(lib.autograd_device_logging_active()),
         events_raised=frozenset(name for bit, name in _native.EVENT_NAMES.items() if raised & bit),
         nodes_inspected=int(lib.autograd_device_logging_nodes_inspected()),
-        disabled_reason=decode(lib.autograd_device_logging_disabled_reason()),
+        disabled_reason=(
+            decode(lib.autograd_device_logging_disabled_reason()) or _activation.late_reason()
+        ),
         built_for_torch=decode(lib.autograd_device_logging_built_for_torch()) or "",
         running_torch=decode(lib.autograd_device_logging_running_torch()) or "",
         library_path=decode(lib.autograd_device_logging_library_path()) or library_path(),
@@ -239,15 +240,22 @@ def check_report() -> str:
     """A human-readable report: active or not, versions, and why not."""
     active = is_active()
     s = status()
+    switched_off = _activation.switched_off()
     lines = [
         f"library:          {s.library_path}",
         f"built for torch:  {s.built_for_torch}",
         f"running torch:    {s.running_torch or 'unknown'}",
-        f"active:           {'yes' if active and not s.disabled_reason else 'no'}",
+        f"active:           {'yes' if active and not s.disabled_reason and not switched_off else 'no'}",
         f"activated:        {s.activated_by}",
         f"import hook:      {_import_hook_state()}",
     ]
-    if s.disabled_reason:
+    if switched_off:
+        lines.append(
+            f"reason:           {switched_off}: the import hook does not load the library at "
+            "`import torch`, so a process that does not import autograd_device_logging itself "
+            "is not logged (this check imported it, to read the versions above)"
+        )
+    elif s.disabled_reason:
         lines.append(f"reason:           disabled: {s.disabled_reason}")
     elif not active:
         lines.append(

@@ -75,14 +75,15 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-import warnings
 from typing import Callable, List, Optional
 
-from autograd_device_logging import _native
+from autograd_device_logging import _native, _user_warning
 from autograd_device_logging import threading_measurement as _measurement
 
 #: The .pth's switch: an off value stops it (and only it) from loading.
 SWITCH = "AUTOGRAD_DEVICE_LOGGING"
+#: The program whose job the processes that this one starts join.
+PROGRAM_ENV = "AUTOGRAD_DEVICE_LOGGING_PROGRAM"
 #: The name of the .pth's finder in sys.meta_path.
 PTH_FINDER_NAME = "LoadBeforeTorch"
 _ON = ("1", "true", "yes", "on")
@@ -107,6 +108,8 @@ _pth_fired = False
 #: measure_threading() before the load: Settings, or False for off; None
 #: leaves it to the environment.
 _measurement_request = None
+#: Why the loaded library cannot work: the package was imported after torch.
+_late_reason: Optional[str] = None
 
 
 def library():
@@ -118,23 +121,20 @@ def how() -> str:
     return _how
 
 
+def late_reason() -> Optional[str]:
+    """Why the library, loaded after torch, logs nothing; None otherwise."""
+    return _late_reason
+
+
 def load_error() -> Optional[str]:
     if _lib is None and _load_error is None and _pending_how is not None:
         return "not loaded yet: the library loads when torch is imported (Note [Activation])"
     return _load_error
 
 
-def _warn(message: str, prefix: str = "autograd_device_logging: ") -> None:
-    """One line on stderr, attributed to this package; never raises, as it
-    may run inside `import torch` (-W error turns warnings into exceptions)."""
-    text = prefix + message
-    try:
-        warnings.warn_explicit(text, RuntimeWarning, __file__, 0, module=__name__)
-    except Exception:
-        try:
-            sys.stderr.write(text + "\n")
-        except Exception:
-            pass
+def _warn(message: str) -> None:
+    """One warning line (Note [One warning style], _user_warning.py)."""
+    _user_warning.warn(message)
 
 
 class _LoadBeforeTorch:
@@ -235,10 +235,12 @@ def _load():
         return None
     _lib = lib
     _how = already or _pending_how or "by import"
+    # The program, while __main__ still says what it is (Note [A process's
+    # identity is decided once, at start-up], process_identity.h).
     tell_record()
-    # Python's atexit runs before the library's: the program is final by
-    # then, and the measurement's counts are complete.
-    atexit.register(_at_exit)
+    # Python's atexit runs before the library's: the measurement's counts are
+    # complete by then.
+    atexit.register(_measurement.record_counts)
     calls, _when_loaded[:] = list(_when_loaded), []
     for call in calls:
         call(lib)
@@ -305,18 +307,25 @@ def _main_program() -> str:
 
 def tell_record() -> None:
     """Gives the library what its per-process record (Note [The per-process
-    record]) cannot know from C++: the program and how the library came in."""
+    record]) cannot know from C++: the program and how the library came in.
+    Called when the library loads, not later: CPython drops
+    __main__.__file__ once the script has returned."""
     if _lib is not None:
-        _lib.autograd_device_logging_set_record_program(os.fsencode(_program or _main_program()))
+        program = _program or _main_program()
+        _lib.autograd_device_logging_set_record_program(os.fsencode(program))
         _lib.autograd_device_logging_set_record_activation(_how.encode())
-
-
-def _at_exit() -> None:
-    tell_record()
-    _measurement.record_counts()
+        # The processes this one starts join its job (Note [A child joins
+        # the job of the program that started it], process_identity.h).
+        os.environ.setdefault(PROGRAM_ENV, program)
 
 
 # -- The .pth ---------------------------------------------------------------
+
+
+def switched_off() -> Optional[str]:
+    """ "NAME=VALUE" where the switch has an off value, else None."""
+    value = os.environ.get(SWITCH, "")
+    return f"{SWITCH}={value}" if value.lower() in _OFF else None
 
 
 def pth_installed() -> bool:
@@ -365,13 +374,18 @@ def _warn_if_too_late() -> None:
             torch.ones(1, requires_grad=True).sum().backward()
     if _lib.autograd_device_logging_active():
         return
+    global _late_reason
+    _late_reason = (
+        "imported after torch: libtorch bound Engine::compute_dependencies to its own "
+        "definition when torch was imported, so backward passes in this process are not "
+        "logged. " + NOT_ACTIVE_HINT
+    )
     _warn(
-        "autograd_device_logging was imported after torch: libtorch bound "
+        "imported after torch: libtorch bound "
         "Engine::compute_dependencies to its own definition when torch was "
         "imported, so backward passes in this process are not logged. "
         + NOT_ACTIVE_HINT
         + " (The import hook that loads it at `import torch` did not run: "
         + why_pth_not_installed()
-        + ".)",
-        prefix="",
+        + ".)"
     )

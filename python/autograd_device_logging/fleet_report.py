@@ -36,6 +36,7 @@ import json
 import operator
 import os
 import queue as queue_module
+import shutil
 import sys
 from collections import Counter
 from typing import FrozenSet, List, Optional, Tuple
@@ -43,7 +44,7 @@ from typing import FrozenSet, List, Optional, Tuple
 from .fleet_totals import FleetTotals
 from .record_fields import Record
 from .record_reader import is_record_name, read_records
-from .report_text import format_table
+from .report_text import DEFAULT_WIDTH, format_table
 
 # Records a reading process hands over at a time.
 BATCH = 1000
@@ -65,7 +66,13 @@ def default_workers() -> int:
 
 def _when(text: str) -> str:
     """A --since/--until value as the records write times: UTC, seconds."""
-    value = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    try:
+        value = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a date and time: {text!r} (ISO 8601: 2026-11-01, 2026-11-01T12:00:00, "
+            "2026-11-01T12:00:00Z or with an offset)"
+        ) from None
     if value.tzinfo is not None:
         value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
     return value.strftime("%Y-%m-%dT%H:%M:%S")
@@ -275,14 +282,73 @@ def write_json(report: dict, out) -> None:
     out.write("}\n")
 
 
+def _plot_path(path: str) -> str:
+    """--plot's value, checked before anything is read: its folder exists
+    and is one, and matplotlib writes its extension."""
+    folder = os.path.dirname(path) or "."
+    if not os.path.exists(folder):
+        raise argparse.ArgumentTypeError(f"{path}: no such folder: {folder}")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{path}: {folder} is not a folder")
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path} is a folder: name the file to write")
+    extension = os.path.splitext(path)[1].lstrip(".").lower()
+    try:
+        from .report_plot import supported_formats
+
+        formats = supported_formats()
+    except ImportError:
+        raise argparse.ArgumentTypeError("needs matplotlib: pip install matplotlib") from None
+    if extension not in formats:
+        raise argparse.ArgumentTypeError(
+            f"{path}: "
+            + (f"matplotlib cannot write .{extension}" if extension else "no extension")
+            + f" files; use one of {', '.join('.' + f for f in sorted(formats))}"
+        )
+    return path
+
+
+def _not_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a whole number of 0 or more: {text!r}")
+    return value
+
+
+def _table_width() -> int:
+    """The terminal's width where stdout is one, else DEFAULT_WIDTH."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    return DEFAULT_WIDTH
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line: what is wrong,
+    and where help is."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (--help says more)\n")
+
+
 def make_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("directory", metavar="DIR", help="the directory of records")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
-        "--plot", metavar="PNG", help="also draw the shares and the passes per class (matplotlib)"
+        "--json",
+        action="store_true",
+        help="print the report as JSON (every job; schema/fleet_report.schema.json)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=_plot_path,
+        help="also draw the shares and the passes per class into FILE (matplotlib; "
+        "PNG, SVG, PDF or any format it writes, by the extension)",
     )
     parser.add_argument(
         "--since",
@@ -294,6 +360,28 @@ def make_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
         "--until", metavar="WHEN", type=_when, help="only processes started at or before WHEN"
     )
     parser.add_argument("--job", metavar="NAME", action="append", help="only this job (repeatable)")
+    parser.add_argument(
+        "--all-jobs",
+        action="store_true",
+        help="the table shows the jobs in which no process ran a backward pass too "
+        "(by default one line counts them)",
+    )
+    parser.add_argument(
+        "--top",
+        metavar="N",
+        type=_not_negative,
+        default=0,
+        help="the table shows the N jobs with the most processes that ran a backward pass "
+        "(default 0: all)",
+    )
+    parser.add_argument(
+        "--width",
+        metavar="COLUMNS",
+        type=_not_negative,
+        default=None,
+        help=f"the table's width: long job names and lists lose their middles to fit "
+        f"(default: the terminal's, or {DEFAULT_WIDTH}; 0: no limit)",
+    )
     parser.add_argument(
         "--by-placement",
         action="store_true",
@@ -312,6 +400,26 @@ def make_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
 
 
 def main(argv=None, prog=None) -> int:
+    """The report; its exit status (module docstring). A closed stdout (the
+    report piped into `head`) ends it quietly."""
+    try:
+        return _main(argv, prog)
+    except BrokenPipeError:
+        # Note [A closed pipe ends the report quietly]
+        # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+        # `report DIR | head -1` closes the pipe while the report writes: the
+        # reader has what it wanted, so no traceback and no line (as a shell
+        # tool killed by SIGPIPE prints none), and status 1 (the output is
+        # incomplete). stdout goes to /dev/null first, so that the
+        # interpreter's flush at exit meets no closed pipe either (the
+        # recipe of Python's signal module's documentation).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+
+
+def _main(argv, prog) -> int:
     parser = make_parser(prog)
     args = parser.parse_args(argv)
     if not os.path.isdir(args.directory):
@@ -343,17 +451,18 @@ def main(argv=None, prog=None) -> int:
     if args.json:
         write_json(report, sys.stdout)
     else:
-        print(format_table(report))
+        width = _table_width() if args.width is None else (args.width or None)
+        print(format_table(report, args.all_jobs, args.top, width))
+    sys.stdout.flush()
     if args.plot:
-        try:
-            from .report_plot import plot
+        from .report_plot import plot
 
+        try:
             plot(report, args.plot)
-        except ImportError:
-            print(
-                f"{parser.prog}: --plot needs matplotlib: pip install matplotlib", file=sys.stderr
-            )
-            return 2
+        except OSError as e:
+            print(f"{parser.prog}: could not write --plot {args.plot}: {e}", file=sys.stderr)
+            return 1
+        print(f"{parser.prog}: wrote the plot to {os.path.abspath(args.plot)}", file=sys.stderr)
     return 0
 
 

@@ -67,9 +67,6 @@ class JobTotals:
         is a process other than a rank. With a `placement` key, its threading
         cost counts under "CLASS [PLACEMENT]" (Note [Grouping by where the
         threads ran], record_fields.py)."""
-        if r.role == "agent":
-            self.left_out["torchrun agent"] += 1
-            return False
         if r.disabled_reason:
             self.left_out["disabled: " + r.disabled_reason] += 1
             return False
@@ -176,6 +173,26 @@ class FleetTotals:
         self.other_releases: Dict[str, List[int]] = defaultdict(_release_row)
         self.skipped: Counter = Counter()
         self.filtered = 0
+        # Note [An agent joins its workers' job]
+        # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+        # torchrun's elastic agent imports torch, so it keeps a record, but its
+        # run id (the workers' job) is made after it started: a --standalone
+        # rendezvous draws it at random, and it reaches only the workers'
+        # environment. So the agent's record names the job its own start-up
+        # gave it (the program at the host), which is no job of anyone's. Each
+        # record of 2.3 on names its parent as it started (pid and start time,
+        # Note [A process's identity is decided once, at start-up],
+        # process_identity.h), and the agent is the ranks' parent: an agent
+        # whose (host, pid, start time) is a rank's parent is counted in that
+        # rank's job, and in its own only where no rank names it (its workers
+        # kept no record, or an older library wrote them). The start time
+        # keeps a reused pid from joining the wrong job. Agents are few, and a
+        # rank adds one entry at most: memory still grows with the ranks.
+        # (host, pid, start time) -> the job of the ranks it started.
+        self.rank_parents: Dict[tuple, str] = {}
+        # The agents' records, until every rank has been read: (host, pid,
+        # start time, own job).
+        self.agents: List[tuple] = []
 
     def _release(self, name: str) -> int:
         number = self.release_numbers.get(name)
@@ -185,6 +202,15 @@ class FleetTotals:
         return number
 
     def add(self, r: Record) -> None:
+        if r.role == "agent":
+            # Its job is known once every rank is read; --job applies then.
+            if self.filtering and self._started_outside(r):
+                self.filtered += 1
+            else:
+                self.agents.append((r.host, r.pid, r.start_time, r.job))
+            return
+        if r.role == "rank" and r.parent is not None and r.parent[1] is not None:
+            self.rank_parents[(r.host, *r.parent)] = r.job
         if self.filtering and self._filtered_out(r):
             self.filtered += 1
             return
@@ -205,8 +231,11 @@ class FleetTotals:
                 row[1 + i] += bool(r.events & bit)
 
     def _filtered_out(self, r: Record) -> bool:
+        return (self.wanted is not None and r.job not in self.wanted) or self._started_outside(r)
+
+    def _started_outside(self, r: Record) -> bool:
         since, until = self.since, self.until
-        return (self.wanted is not None and r.job not in self.wanted) or bool(
+        return bool(
             (since or until)
             and (
                 r.start_time is None
@@ -215,9 +244,21 @@ class FleetTotals:
             )
         )
 
+    def _count_agents(self) -> None:
+        """Each agent in the job of the ranks it started (Note [An agent
+        joins its workers' job])."""
+        for host, pid, start_time, own_job in self.agents:
+            job = self.rank_parents.get((host, pid, start_time), own_job)
+            if self.wanted is not None and job not in self.wanted:
+                self.filtered += 1
+            else:
+                self.jobs[job].left_out["torchrun agent"] += 1
+        self.agents = []
+
     def report(self) -> dict:
         """{"jobs": {job: summary}, "releases": {torch: counts}, "skipped":
         {reason: n}, "filtered": n}; the per-job counts are spent making it."""
+        self._count_agents()
         names = self.release_names
         summaries = {}
         releases: Dict[str, List[int]] = defaultdict(_release_row)

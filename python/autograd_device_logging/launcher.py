@@ -181,7 +181,7 @@ def main(argv):
             parser.error("--check takes no program")
         print(autograd_device_logging.check_report())
         s = autograd_device_logging.status()
-        return 0 if s.active and not s.disabled_reason else 1
+        return 0 if s.active and not s.disabled_reason and not _activation.switched_off() else 1
     if args.module is not None:
         if not args.module:
             parser.error("-m needs a module name")

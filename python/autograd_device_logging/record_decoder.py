@@ -85,6 +85,10 @@ else:
         washout: _Count = 0
         placement: Union[_Placement, msgspec.UnsetType] = msgspec.UNSET
 
+    class _Parent(msgspec.Struct):
+        pid: _Count
+        start_time: Optional[Annotated[str, _Meta(pattern=START_TIME.pattern)]]
+
     class _Record(msgspec.Struct):
         # What record_fields.parse_record checks, as types; the fields it does
         # not read are not declared, so they are not read here either.
@@ -110,6 +114,7 @@ else:
         activated_by: str = ""
         written_at: str = ""
         accelerators: dict = msgspec.field(default_factory=dict)
+        parent: Union[_Parent, msgspec.UnsetType] = msgspec.UNSET
 
     _decoder = msgspec.json.Decoder(_Record)
     _refused = (msgspec.ValidationError, msgspec.DecodeError)
@@ -124,7 +129,16 @@ else:
         except _refused:
             return decode_exactly(data)
         r = Record()
-        r.host, r.job, r.role, r.rank = d.host, d.job, d.role, d.rank
+        r.host, r.job, r.role, r.rank, r.pid = d.host, d.job, d.role, d.rank, d.pid
+        parent = d.parent
+        r.parent = (
+            None
+            if parent is msgspec.UNSET
+            else (
+                parent.pid,
+                None if parent.start_time is None else parent.start_time[:19],
+            )
+        )
         r.start_time = d.start_time[:19]
         r.torch = d.torch.running
         r.events, r.other_events = events_of(d.events)

@@ -46,7 +46,7 @@ def _count(value, field: str) -> int:
             return value
     elif kind is float and value.is_integer() and 0 <= value <= MAX_COUNT:
         return int(value)
-    raise Skip(f"bad field: {field}")
+    raise Skip(f"malformed: bad field: {field}")
 
 
 # Note [A newer minor version adds fields and values]
@@ -61,19 +61,19 @@ def _count(value, field: str) -> int:
 def events_of(value) -> Tuple[int, Tuple[str, ...]]:
     """The known events as bits, and the unknown ones by name."""
     if type(value) is not list:
-        raise Skip("bad field: events")
+        raise Skip("malformed: bad field: events")
     bits = 0
     others: Tuple[str, ...] = ()
     for name in value:
         if type(name) is not str:
-            raise Skip("bad field: events")
+            raise Skip("malformed: bad field: events")
         bit = EVENT_BITS.get(name)
         if bit is None:
             if name in others:
-                raise Skip("bad field: events")  # twice
+                raise Skip("malformed: bad field: events")  # twice
             others += (name,)
         elif bits & bit:  # twice
-            raise Skip("bad field: events")
+            raise Skip("malformed: bad field: events")
         else:
             bits |= bit
     return bits, others
@@ -84,11 +84,11 @@ def pass_classes_of(value) -> Tuple[Optional[Tuple[int, ...]], Optional[Dict[str
     if value is None:
         return None, None
     if type(value) is not dict:
-        raise Skip("bad field: pass_classes")
+        raise Skip("malformed: bad field: pass_classes")
     try:
         known = tuple(_count(value[c], "pass_classes") for c in CLASSES)
     except KeyError:
-        raise Skip("bad field: pass_classes") from None
+        raise Skip("malformed: bad field: pass_classes") from None
     others = None
     if len(value) > len(CLASSES):
         others = {c: _count(n, "pass_classes") for c, n in value.items() if c not in CLASSES}
@@ -100,7 +100,7 @@ def _pairs(measured) -> Sequence[Sequence[int]]:
     1. The common case (lists of two ints) is checked in C loops: a record's
     pairs are most of what the report reads."""
     if type(measured) is not list or len(measured) > MAX_PAIRS:
-        raise Skip("bad field: threading_cost")
+        raise Skip("malformed: bad field: threading_cost")
     if not measured:
         return measured
     if set(map(type, measured)) == _LIST and set(map(len, measured)) == _TWO:
@@ -113,17 +113,17 @@ def _pairs(measured) -> Sequence[Sequence[int]]:
                 and max(ons) <= MAX_COUNT
             ):
                 return measured
-            raise Skip("bad field: threading_cost")
+            raise Skip("malformed: bad field: threading_cost")
     pairs = []
     for pair in measured:
         if type(pair) is not list or len(pair) != 2:
-            raise Skip("bad field: threading_cost")
+            raise Skip("malformed: bad field: threading_cost")
         checked = []
         for v in pair:
             if type(v) is float and v.is_integer():
                 v = int(v)
             if type(v) is not int or not 1 <= v <= MAX_COUNT:
-                raise Skip("bad field: threading_cost")
+                raise Skip("malformed: bad field: threading_cost")
             checked.append(v)
         pairs.append(checked)
     return pairs
@@ -171,31 +171,31 @@ def _placement(value) -> Optional[Tuple[Tuple[str, ...], Optional[float]]]:
     if value is _MISSING:
         return None
     if type(value) is not dict:
-        raise Skip("bad field: threading_cost")
+        raise Skip("malformed: bad field: threading_cost")
     try:
         threads, quota, intra_op = value["threads"], value["cpu_quota"], value["intra_op_threads"]
     except KeyError:
-        raise Skip("bad field: threading_cost") from None
+        raise Skip("malformed: bad field: threading_cost") from None
     if type(threads) is not dict:
-        raise Skip("bad field: threading_cost")
+        raise Skip("malformed: bad field: threading_cost")
     affinities = []
     for thread in threads.values():
         if type(thread) is not dict:
-            raise Skip("bad field: threading_cost")
+            raise Skip("malformed: bad field: threading_cost")
         try:
             affinity, ran_on = thread["affinity"], thread["ran_on"]
         except KeyError:
-            raise Skip("bad field: threading_cost") from None
+            raise Skip("malformed: bad field: threading_cost") from None
         for cpu_list in (affinity, ran_on):
             if type(cpu_list) is not str or not CPU_LIST.search(cpu_list):
-                raise Skip("bad field: threading_cost")
+                raise Skip("malformed: bad field: threading_cost")
         affinities.append(affinity)
     if quota is not None and (type(quota) not in (int, float) or not quota > 0):
-        raise Skip("bad field: threading_cost")
+        raise Skip("malformed: bad field: threading_cost")
     if type(intra_op) is float and intra_op.is_integer():
         intra_op = int(intra_op)
     if type(intra_op) is not int or intra_op < -1:
-        raise Skip("bad field: threading_cost")
+        raise Skip("malformed: bad field: threading_cost")
     return tuple(affinities), quota
 
 
@@ -206,23 +206,23 @@ def _threading_cost(value) -> Optional[Dict[str, Tuple[float, float, int]]]:
     if value is None or value is _MISSING:
         return None
     if type(value) is not dict:
-        raise Skip("bad field: threading_cost")
+        raise Skip("malformed: bad field: threading_cost")
     try:
         pairs, not_sampled, discarded = value["pairs"], value["not_sampled"], value["discarded"]
     except KeyError:
-        raise Skip("bad field: threading_cost") from None
+        raise Skip("malformed: bad field: threading_cost") from None
     for counts in (not_sampled, discarded):
         if type(counts) is not dict:
-            raise Skip("bad field: threading_cost")
+            raise Skip("malformed: bad field: threading_cost")
         for n in counts.values():
             _count(n, "threading_cost")
     rate = value.get("rate", 0)
     if type(rate) not in (int, float) or not 0 <= rate <= 1:  # NaN fails too
-        raise Skip("bad field: threading_cost")
+        raise Skip("malformed: bad field: threading_cost")
     for field in ("warmup", "max_pairs", "washout"):
         _count(value.get(field, 0), "threading_cost")
     if type(pairs) is not dict:
-        raise Skip("bad field: threading_cost")
+        raise Skip("malformed: bad field: threading_cost")
     out = {}
     for device_class, measured in pairs.items():
         pairs = _pairs(measured)
@@ -238,6 +238,8 @@ class Record:
         "threading_cost",
         "job",
         "host",
+        "pid",
+        "parent",
         "rank",
         "role",
         "start_time",
@@ -261,7 +263,7 @@ def parse_record(record) -> Record:
     version 2, any minor version), and the first format's records
     (`"schema": 1`), whose missing fields it infers."""
     if type(record) is not dict:
-        raise Skip("not a record")
+        raise Skip("malformed: not a record")
     get = record.get
     schema = get("schema")
     if type(schema) is not str or not READABLE_SCHEMA.search(schema):
@@ -270,57 +272,73 @@ def parse_record(record) -> Record:
         newer = ANY_SCHEMA.search(schema) if type(schema) is str else None
         if newer and int(newer.group(1)) > SCHEMA_MAJOR:
             raise Skip("newer schema")
-        raise Skip("bad field: schema")
+        raise Skip("malformed: bad field: schema")
     r = Record()
     # Required, and read by the report.
     r.host = host = get("host")
     r.job = job = get("job")
     start = get("start_time")
     if type(host) is not str:
-        raise Skip("bad field: host")
+        raise Skip("malformed: bad field: host")
     if type(job) is not str or not job:
-        raise Skip("bad field: job")
+        raise Skip("malformed: bad field: job")
     if type(start) is not str or not START_TIME.search(start):
-        raise Skip("bad field: start_time")
+        raise Skip("malformed: bad field: start_time")
     r.start_time = start[:19]
     r.role = role = get("role")
     if type(role) is not str:
-        raise Skip("bad field: role")
+        raise Skip("malformed: bad field: role")
     rank = get("rank", _MISSING)
     r.rank = None if rank is None else _count(None if rank is _MISSING else rank, "rank")
     torch = get("torch")
     if type(torch) is not dict or type(torch.get("running")) is not str:
-        raise Skip("bad field: torch")
+        raise Skip("malformed: bad field: torch")
     if type(torch.get("built_for", "")) is not str:
-        raise Skip("bad field: torch")
+        raise Skip("malformed: bad field: torch")
     r.torch = torch["running"]
     r.events, r.other_events = events_of(get("events"))
     r.ran_backward = get("ran_backward")
     if type(r.ran_backward) is not bool:
-        raise Skip("bad field: ran_backward")
+        raise Skip("malformed: bad field: ran_backward")
     r.pass_classes, r.other_classes = pass_classes_of(get("pass_classes", _MISSING))
     reason = get("disabled_reason", _MISSING)
     if reason is not None and type(reason) is not str:
-        raise Skip("bad field: disabled_reason")
+        raise Skip("malformed: bad field: disabled_reason")
     r.disabled_reason = reason
     cost = get("threading_cost", _MISSING)
     r.threading_cost = _threading_cost(cost)
     r.placement = None if r.threading_cost is None else _placement(cost.get("placement", _MISSING))
+    r.pid = _count(get("pid"), "pid")
+    r.parent = _parent(get("parent", _MISSING))
     # Required or constrained by the schema, though the report reads none of
     # them: the reader accepts exactly what the schema accepts.
-    _count(get("pid"), "pid")
     _count(get("passes_classified"), "passes_classified")
     if type(get("program")) is not str:
-        raise Skip("bad field: program")
+        raise Skip("malformed: bad field: program")
     for field in ("job_source", "events_logged_by"):
         if type(get(field)) is not str:
-            raise Skip(f"bad field: {field}")
+            raise Skip(f"malformed: bad field: {field}")
     for field in ("time", "library_version", "activated_by", "written_at"):
         if type(get(field, "")) is not str:
-            raise Skip(f"bad field: {field}")
+            raise Skip(f"malformed: bad field: {field}")
     if type(get("accelerators", {})) is not dict:
-        raise Skip("bad field: accelerators")
+        raise Skip("malformed: bad field: accelerators")
     return r
+
+
+def _parent(value) -> Optional[Tuple[int, Optional[str]]]:
+    """The record's parent (2.3) as (pid, start time to the second), or None
+    where the record has none."""
+    if value is _MISSING:
+        return None
+    if type(value) is not dict:
+        raise Skip("malformed: bad field: parent")
+    start = value.get("start_time", _MISSING)
+    if start is _MISSING or (
+        start is not None and (type(start) is not str or not START_TIME.search(start))
+    ):
+        raise Skip("malformed: bad field: parent")
+    return (_count(value.get("pid"), "parent"), None if start is None else start[:19])
 
 
 def _parse_first_format(record: dict) -> Record:
@@ -329,10 +347,11 @@ def _parse_first_format(record: dict) -> Record:
     r = Record()
     r.job = record.get("job")
     if type(r.job) is not str or not r.job:
-        raise Skip("bad field: job")
+        raise Skip("malformed: bad field: job")
     host = record.get("host")
     r.host = host if type(host) is str else "?"
-    _count(record.get("pid"), "pid")
+    r.pid = _count(record.get("pid"), "pid")
+    r.parent = None
     rank = record.get("rank")
     r.rank = None if rank is None else _count(rank, "rank")
     r.role = "rank" if r.rank is not None else "other"

@@ -27,8 +27,9 @@ def is_record_name(name: str) -> bool:
 def read_record(path: str, dir_fd: Optional[int], buffer: bytearray) -> Record:
     """The record in the file at `path` (relative to the directory `dir_fd`,
     or to the working directory for None), read into `buffer` (a bytearray of
-    MAX_RECORD_BYTES + 1, reused across calls); raises Skip, or OSError,
-    ValueError or RecursionError for a file that is not readable JSON.
+    MAX_RECORD_BYTES + 1, reused across calls); raises Skip, OSError for a
+    file it could not read, or ValueError or RecursionError for one that is
+    not JSON.
 
     The directory is shared (any user may add entries), so nothing in it is
     followed or waited on: the open() does not follow a symbolic link and does
@@ -87,8 +88,11 @@ def _read_listed(
                 yield read_record(name, directory_fd, buffer)
             except Skip as e:
                 skipped[e.args[0]] += 1
-            except (OSError, ValueError, RecursionError):
-                # Not a readable file, not UTF-8, not JSON, or nested too deep.
+            except (ValueError, RecursionError):
+                # Not UTF-8, not JSON, or nested too deep.
+                skipped["malformed: not JSON"] += 1
+            except OSError:
+                # The file could not be read: no permission, or gone.
                 skipped["unreadable"] += 1
 
 

@@ -90,6 +90,14 @@ def _draw_forest(axes, rows: List[ForestRow], device_class: str, measured: int) 
     axes.set_title(title, fontsize=9)
 
 
+def supported_formats() -> frozenset:
+    """The file extensions matplotlib writes (raises ImportError without
+    it)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return frozenset(FigureCanvasBase.get_supported_filetypes())
+
+
 def plot(report: dict, path: str, top: int = 30) -> None:
     """The share of backward-running processes with each event, per torch
     release and overall; then passes per class for the `top` jobs with the

@@ -3,11 +3,26 @@ and the lines about what was left out or skipped."""
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from .fleet_totals import ALL_JOBS
 from .record_fields import CLASSES, EVENTS
+
+# The job table's column for each device class: the classes' names are the
+# record's (record_fields.CLASSES); the table abbreviates them so that it fits
+# its width, and says so under it.
+_CLASS_COLUMNS = {
+    "cpu_only": "cpu",
+    "single_accelerator": "1 acc",
+    "accelerator_cpu": "acc+cpu",
+    "multi_accelerator": "2+ acc",
+}
+#: The table's width where stdout is not a terminal.
+DEFAULT_WIDTH = 120
+# The narrowest a shortened cell gets.
+_NARROWEST = 12
 
 
 def _left_out_text(left_out: Dict[str, int]) -> str:
@@ -24,17 +39,67 @@ def _left_out_text(left_out: Dict[str, int]) -> str:
     return ", ".join(parts) or "-"
 
 
-def _aligned(rows: List[List[str]]) -> List[str]:
-    """The rows as text, each column padded to its widest cell."""
+def _aligned(rows: List[List[str]], width: Optional[int] = None, shrink=()) -> List[str]:
+    """The rows as text, each column padded to its widest cell. With a
+    `width`, the columns in `shrink` (the text ones, in the order given) lose
+    their cells' middles, marked by "...", until the rows fit it, or each of
+    them is down to a few characters."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    if width is not None:
+        for column in shrink:
+            excess = sum(widths) + 2 * (len(widths) - 1) - width
+            if excess <= 0:
+                break
+            widths[column] = max(min(_NARROWEST, widths[column]), widths[column] - excess)
+        rows = [[_shortened(cell, w) for cell, w in zip(row, widths)] for row in rows]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
 
 
-def format_table(report: dict) -> str:
+def _shortened(text: str, width: int) -> str:
+    """`text` in `width` characters: its middle replaced by "..." if longer."""
+    if len(text) <= width:
+        return text
+    head = (width - 3 + 1) // 2
+    return text[:head] + "..." + text[len(text) - (width - 3 - head) :]
+
+
+def _wrapped(width: Optional[int], text: str) -> List[str]:
+    """A paragraph under a table, in lines of at most `width` (None: one)."""
+    return textwrap.wrap(text, width, break_on_hyphens=False) if width else [text]
+
+
+def _plural(n: int, word: str, plural: Optional[str] = None) -> str:
+    return f"{n} {word if n == 1 else (plural or word + 's')}"
+
+
+def format_table(
+    report: dict, all_jobs: bool = False, top: int = 0, width: Optional[int] = DEFAULT_WIDTH
+) -> str:
+    """The report as text. The job table has the jobs in which a process ran
+    a backward pass (all of them with `all_jobs`), the `top` of them with the
+    most such processes where `top` is positive, and a row for all jobs; the
+    rest are summed up in a line. It fits `width` columns (None: any)."""
     summary, skipped = report["jobs"], report["skipped"]
-    header = ["job", "processes", "ranks", "multidevice", "gpu_cpu", *CLASSES, "torch", "left out"]
+    jobs = [j for j in summary if j != ALL_JOBS]
+    shown = [j for j in jobs if all_jobs or summary[j]["processes"]]
+    idle = [j for j in jobs if j not in shown]
+    if top > 0:
+        ranked = sorted(shown, key=lambda j: (-summary[j]["processes"], j))
+        shown, beyond = ranked[:top], ranked[top:]
+    else:
+        shown, beyond = sorted(shown), []
+    header = [
+        "job",
+        "processes",
+        "ranks",
+        "multidevice",
+        "gpu_cpu",
+        *(_CLASS_COLUMNS.get(c, c) for c in CLASSES),
+        "torch",
+        "left out",
+    ]
     body = []
-    for job in sorted(summary, key=lambda j: (j == ALL_JOBS, j)):
+    for job in shown + ([ALL_JOBS] if ALL_JOBS in summary else []):
         s = summary[job]
         n = s["processes"]
         shares = [
@@ -57,12 +122,33 @@ def format_table(report: dict) -> str:
                 _left_out_text(s["left_out"]),
             ]
         )
-    lines = _aligned([header, *body])
+    # The text columns give way: the job's name (often a path), torch, left out.
+    lines = _aligned([header, *body], width, shrink=(0, len(header) - 2, len(header) - 1))
+    if beyond:
+        processes = sum(summary[j]["processes"] for j in beyond)
+        lines += _wrapped(
+            width,
+            f"... and {_plural(len(beyond), 'more job')} with "
+            f"{_plural(processes, 'process', 'processes')} that ran a backward pass "
+            f"(--top {top}; --top 0 shows all)",
+        )
+    if idle:
+        left_out: Counter = Counter()
+        for j in idle:
+            left_out.update(summary[j]["left_out"])
+        lines += _wrapped(
+            width,
+            f"{_plural(len(idle), 'job')} in which no process ran a backward pass, not shown "
+            f"({_left_out_text(left_out)}; --all-jobs shows them)",
+        )
     lines.append("")
-    lines.append(
+    lines += _wrapped(
+        width,
         "processes: those that ran a backward pass (a restarted rank once); multidevice / "
-        "gpu_cpu: those whose passes raised the event; passes per class: summed over "
-        "processes that ran with AUTOGRAD_DEVICE_LOGGING_STATS=1 ('-': none did)"
+        "gpu_cpu: those whose passes raised the event; passes per class ("
+        + ", ".join(f"{_CLASS_COLUMNS.get(c, c)}: {c}" for c in CLASSES)
+        + "): summed over processes that ran with AUTOGRAD_DEVICE_LOGGING_STATS=1 "
+        "('-': none did)",
     )
     reasons = Counter()
     for s in summary.values() if ALL_JOBS not in summary else [summary[ALL_JOBS]]:
@@ -70,7 +156,7 @@ def format_table(report: dict) -> str:
     for reason, count in sorted(reasons.items()):
         lines.append(f"left out, {count} process{'es' if count != 1 else ''} {reason}")
     lines += _newer_names_text(summary)
-    cost = format_threading_cost(summary)
+    cost = format_threading_cost(summary, width)
     if cost:
         lines += ["", cost]
     if report.get("filtered"):
@@ -132,7 +218,7 @@ def _units_text(cost: dict) -> str:
     return " + ".join(parts)
 
 
-def format_threading_cost(summary: dict) -> str:
+def format_threading_cost(summary: dict, width: Optional[int] = DEFAULT_WIDTH) -> str:
     """The measured cost of single-threaded backward: a row per job and
     class, the largest estimate first, then each class over all jobs; empty
     when no job measured it."""
@@ -156,15 +242,16 @@ def format_threading_cost(summary: dict) -> str:
         ]
         for job, device_class, cost in rows
     ]
-    lines = _aligned([header, *body])
+    lines = _aligned([header, *body], width, shrink=(4, 0))
     lines.append("")
-    lines.append(
+    lines += _wrapped(
+        width,
         "single-threaded backward: per process, the median over its measured pairs of passes "
         "(one with multithreading off, one on; AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING=1) of "
         "(off - on) / on; positive: slower single-threaded. A job's estimate is the median over "
         "its units: each process, and the ranks of a run as one (they are not independent); "
         f"{ALL_JOBS} gives each job one vote. Interval: between order statistics of the units, "
         "with its exact coverage of their median, 95% or more where the units allow; "
-        "(range): too few units for 95%, the units' range and its coverage; n/a: one unit"
+        "(range): too few units for 95%, the units' range and its coverage; n/a: one unit",
     )
     return "\n".join(lines)

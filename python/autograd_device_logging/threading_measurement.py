@@ -53,7 +53,6 @@ import statistics
 import sys
 import threading
 import time
-import warnings
 import zlib
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
@@ -585,10 +584,7 @@ def settings_from_environment(warn) -> Optional[Settings]:
 
 
 def warn_once(message: str) -> None:
-    warnings.warn_explicit(
-        "autograd_device_logging: " + message,
-        RuntimeWarning,
-        filename=__file__,
-        lineno=0,
-        module=__name__,
-    )
+    # Imported here: the tests load this module by itself, outside the package.
+    from . import _user_warning
+
+    _user_warning.warn(message)

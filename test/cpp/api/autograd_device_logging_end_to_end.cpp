@@ -248,7 +248,7 @@ void expect_fault_disables_the_library_once(
   }
   const std::string stderr_text = ::testing::internal::GetCapturedStderr();
   set_classifier_fault_for_testing(nullptr);
-  EXPECT_EQ(occurrences(stderr_text, "autograd_device_logging is disabled"), 1u)
+  EXPECT_EQ(occurrences(stderr_text, "autograd_device_logging: disabled: "), 1u)
       << stderr_text;
   EXPECT_EQ(occurrences(stderr_text, reason), 1u) << stderr_text;
   const DeviceLoggingStatus status = device_logging_status();
@@ -300,7 +300,7 @@ TEST(ClassifierFault, SixteenThreadsFailingAtOnceWarnOnce) {
   }
   const std::string stderr_text = ::testing::internal::GetCapturedStderr();
   set_classifier_fault_for_testing(nullptr);
-  EXPECT_EQ(occurrences(stderr_text, "autograd_device_logging is disabled"), 1u)
+  EXPECT_EQ(occurrences(stderr_text, "autograd_device_logging: disabled: "), 1u)
       << stderr_text;
   EXPECT_TRUE(recorder.events().empty());
 }
@@ -333,7 +333,7 @@ TEST(ClassifierFault, ThrowingApiUsageLoggerDisablesOnce) {
     run_mixed_pass_and_check_gradient();
   }
   const std::string stderr_text = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(occurrences(stderr_text, "autograd_device_logging is disabled"), 1u)
+  EXPECT_EQ(occurrences(stderr_text, "autograd_device_logging: disabled: "), 1u)
       << stderr_text;
   EXPECT_NE(
       device_logging_status().disabled_reason.find("user logger failed"),

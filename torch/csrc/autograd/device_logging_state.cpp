@@ -5,7 +5,7 @@
 
 #include <torch/csrc/autograd/interposition.h>
 
-#include <c10/util/Exception.h>
+#include <unistd.h>
 
 namespace torch::autograd::device_logging {
 
@@ -23,13 +23,17 @@ std::atomic<const std::string*> first_disabled_reason{nullptr};
 
 // Each caller runs at most once per process (the load-time checks, and
 // disable(), which only the first reason gets through), so every distinct
-// message is printed once; a TORCH_WARN_ONCE here would print only the first
-// of them, since they would share its one call site.
+// message is printed once; a once-per-call-site warning would print only the
+// first of them, since they would share its one call site.
 void warn_to_stderr(const std::string& message) noexcept {
   try {
-    static c10::WarningHandler stderr_handler;
-    c10::WarningUtils::WarningHandlerGuard guard(&stderr_handler);
-    TORCH_WARN(message);
+    const std::string line =
+        (message.rfind(kWarningPrefix, 0) == 0 ? message
+                                               : kWarningPrefix + message) +
+        "\n";
+    // One write(2) per line, so that lines of concurrent writers never mix.
+    [[maybe_unused]] const ssize_t written =
+        ::write(STDERR_FILENO, line.data(), line.size());
   } catch (...) {
   }
 }
@@ -45,7 +49,7 @@ void disable(const std::string& reason) noexcept {
     }
     state.fetch_or(kDisabledBits, std::memory_order_release);
     warn_to_stderr(
-        "autograd_device_logging is disabled: " + reason +
+        "disabled: " + reason +
         " Backward passes are unaffected; only the device logging is off.");
   } catch (...) {
     state.fetch_or(kDisabledBits, std::memory_order_release);

@@ -103,9 +103,14 @@ void disable(const std::string& reason) noexcept;
 // lives as long as the process.
 const std::string* disabled_reason() noexcept;
 
-// Prints `message` as a c10 warning through c10's stderr handler, even when a
-// thread-local handler (Python's, which may turn warnings into errors) is
-// installed: a message from this library must never fail a backward pass.
+// Every warning line starts with this (Note [One warning style],
+// python/autograd_device_logging/_user_warning.py).
+constexpr const char* kWarningPrefix = "autograd_device_logging: ";
+
+// Prints `message` as one line on stderr, after kWarningPrefix (unless it
+// starts with it). Not through c10's warning handlers: Python's may turn a
+// warning into an error, and a message from this library must never fail a
+// backward pass.
 void warn_to_stderr(const std::string& message) noexcept;
 
 } // namespace torch::autograd::device_logging::detail

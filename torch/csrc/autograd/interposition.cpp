@@ -276,7 +276,7 @@ void detail::check_interposition_at_load() noexcept {
     const std::string first_path = object_path_of(first);
     if (first != nullptr && first_path != this_library_path()) {
       detail::warn_to_stderr(
-          "autograd_device_logging is loaded, but the first "
+          "loaded, but the first "
           "Engine::compute_dependencies in lookup order is the one in " +
           first_path +
           ", so backward passes will not be logged. Link "

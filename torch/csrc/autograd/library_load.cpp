@@ -1,5 +1,7 @@
 // What happens when the dynamic linker initializes the autograd
-// device-logging library, in order: the interposition's load-time checks
+// device-logging library, in order: capturing who the process is (Note [A
+// process's identity is decided once, at start-up], process_identity.h),
+// the interposition's load-time checks
 // (interposition.cpp), then arming the per-process record
 // (process_record.cpp) and the statistics (device_stats.cpp) from the
 // environment. Each step stands alone: a disabled classifier still keeps its
@@ -7,6 +9,7 @@
 
 #include <torch/csrc/autograd/device_stats_recording.h>
 #include <torch/csrc/autograd/interposition.h>
+#include <torch/csrc/autograd/process_identity.h>
 #include <torch/csrc/autograd/process_record.h>
 
 namespace torch::autograd::device_logging::detail {
@@ -14,6 +17,7 @@ namespace torch::autograd::device_logging::detail {
 namespace {
 
 void run_at_load() noexcept {
+  (void)process_identity();
   check_interposition_at_load();
   arm_process_record_from_environment();
   arm_statistics_from_environment();

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/interposition.h>
+#include <torch/csrc/autograd/process_identity.h>
 #include <torch/csrc/autograd/record_file.h>
 #include <torch/csrc/autograd/record_writer.h>
 #include <torch/csrc/autograd/thread_placement.h>
@@ -25,7 +26,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -48,7 +48,7 @@ namespace {
 // enumerated field, is a new minor version, which readers keep (Note [A newer
 // minor version adds fields and values], record_fields.py); anything else (a
 // field removed, renamed or given another meaning) is a new major one.
-constexpr const char* kRecordSchema = "2.2";
+constexpr const char* kRecordSchema = "2.3";
 
 // The record's names of the BackwardDeviceClass values, in their order.
 constexpr std::array<const char*, kNumBackwardDeviceClasses> kClassNames = {
@@ -168,119 +168,16 @@ void arm(const std::string& dir) {
   record_armed.store(!dir.empty(), std::memory_order_release);
 }
 
-std::string getenv_or_empty(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? std::string(value) : std::string();
-}
-
-std::string host_name() {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return host;
-}
-
-// Note [Which job a process belongs to]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The first of: $AUTOGRAD_DEVICE_LOGGING_JOB; torchrun's run id, unless it
-// is empty or "none" (the literal a multi-node static rendezvous without
-// --rdzv-id gets, which would merge every such job into one); the
-// scheduler's ids: SLURM's job (its array job and task where the job is an
-// array), PBS's, LSF's (with its array index), a Kubernetes job name
-// ($KUBERNETES_JOB_NAME, which a pod template sets from the pod's job-name
-// label with the downward API); and last the program and host. The record
-// says which one named the job (job_source).
-std::pair<std::string, std::string> job_and_source(const std::string& program) {
-  const std::string job = getenv_or_empty("AUTOGRAD_DEVICE_LOGGING_JOB");
-  if (!job.empty()) {
-    return {job, "AUTOGRAD_DEVICE_LOGGING_JOB"};
-  }
-  const std::string run_id = getenv_or_empty("TORCHELASTIC_RUN_ID");
-  if (!run_id.empty() && run_id != "none") {
-    return {run_id, "torchrun"};
-  }
-  const std::string slurm = getenv_or_empty("SLURM_JOB_ID");
-  if (!slurm.empty()) {
-    const std::string array_job = getenv_or_empty("SLURM_ARRAY_JOB_ID");
-    const std::string task = getenv_or_empty("SLURM_ARRAY_TASK_ID");
-    return {
-        "slurm-" +
-            (!array_job.empty() && !task.empty() ? array_job + "_" + task
-                                                 : slurm),
-        "slurm"};
-  }
-  const std::string pbs = getenv_or_empty("PBS_JOBID");
-  if (!pbs.empty()) {
-    return {"pbs-" + pbs, "pbs"};
-  }
-  const std::string lsf = getenv_or_empty("LSB_JOBID");
-  if (!lsf.empty()) {
-    const std::string index = getenv_or_empty("LSB_JOBINDEX");
-    return {
-        "lsf-" + lsf + (!index.empty() && index != "0" ? "_" + index : ""),
-        "lsf"};
-  }
-  const std::string kubernetes = getenv_or_empty("KUBERNETES_JOB_NAME");
-  if (!kubernetes.empty()) {
-    return {"k8s-" + kubernetes, "kubernetes"};
-  }
-  return {program + "@" + host_name(), "program"};
-}
-
-// "rank" (RANK is set), "agent" (torchrun's elastic agent, which imports
-// torch but runs no training itself), or "other".
-std::string role() {
-  if (!getenv_or_empty("RANK").empty()) {
-    return "rank";
-  }
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string arg;
-  while (std::getline(in, arg, '\0')) {
-    const size_t slash = arg.rfind('/');
-    const std::string base =
-        slash == std::string::npos ? arg : arg.substr(slash + 1);
-    if (base == "torchrun" || arg == "torch.distributed.run" ||
-        arg.find("torch/distributed/run.py") != std::string::npos) {
-      return "agent";
-    }
-  }
-  return "other";
-}
-
-// The process's start, in nanoseconds since the epoch: /proc/self/stat's
-// start time after boot plus /proc/stat's boot time; the time of the first
-// call where /proc does not say.
+// The process's start, in nanoseconds since the epoch; the time of the
+// first call where /proc does not say.
 int64_t process_start_ns() {
   static const int64_t start = []() -> int64_t {
-    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-    std::ifstream stat("/proc/self/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), {});
-    const size_t paren = text.rfind(')');
-    if (paren == std::string::npos) {
-      return now;
-    }
-    // Field 22 (starttime) is the 20th after the command's closing paren.
-    std::istringstream fields(text.substr(paren + 2));
-    std::string field;
-    for (int i = 0; i < 20 && fields >> field; ++i) {
-    }
-    std::ifstream boot("/proc/stat");
-    std::string key;
-    long long btime = -1;
-    while (boot >> key) {
-      if (key == "btime") {
-        boot >> btime;
-        break;
-      }
-    }
-    const long ticks = sysconf(_SC_CLK_TCK);
-    char* end = nullptr;
-    const long long started = std::strtoll(field.c_str(), &end, 10);
-    if (btime < 0 || ticks <= 0 || end == field.c_str()) {
-      return now;
-    }
-    return btime * 1000000000LL + started * (1000000000LL / ticks);
+    const int64_t started = process_start_ns_of(getpid());
+    return started != 0
+        ? started
+        : std::chrono::duration_cast<std::chrono::nanoseconds>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count();
   }();
   return start;
 }
@@ -294,13 +191,14 @@ std::string utc(int64_t ns) {
   return buffer;
 }
 
-nlohmann::json env_int_or_null(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') {
+// An environment variable's value as the process started: null where it
+// was unset, a number where it is one, the text otherwise.
+nlohmann::json int_or_null(const std::string& value) {
+  if (value.empty()) {
     return nullptr;
   }
   char* end = nullptr;
-  const long long parsed = std::strtoll(value, &end, 10);
+  const long long parsed = std::strtoll(value.c_str(), &end, 10);
   return *end == '\0' ? nlohmann::json(parsed) : nlohmann::json(value);
 }
 
@@ -328,16 +226,23 @@ nlohmann::json make_record(
                       .count());
   r["start_time"] = utc(process_start_ns());
   r["written_at"] = occasion;
-  r["host"] = host_name();
+  const ProcessIdentity& identity = process_identity();
+  r["host"] = identity.host;
   r["pid"] = static_cast<long long>(getpid());
   r["program"] = program;
-  const auto [job, source] = job_and_source(program);
+  const auto [job, source] = job_and_source(identity, program);
   r["job"] = job;
   r["job_source"] = source;
-  r["role"] = role();
-  r["rank"] = env_int_or_null("RANK");
-  r["local_rank"] = env_int_or_null("LOCAL_RANK");
-  r["world_size"] = env_int_or_null("WORLD_SIZE");
+  r["role"] = identity.role;
+  r["rank"] = int_or_null(identity.rank);
+  r["local_rank"] = int_or_null(identity.local_rank);
+  r["world_size"] = int_or_null(identity.world_size);
+  r["parent"] = {
+      {"pid", static_cast<long long>(identity.parent_pid)},
+      {"start_time",
+       identity.parent_start_ns != 0
+           ? nlohmann::json(utc(identity.parent_start_ns))
+           : nlohmann::json(nullptr)}};
   r["torch"] = {
       {"built_for", built_for_torch()}, {"running", running_torch_version()}};
   r["library_version"] = AUTOGRAD_DEVICE_LOGGING_VERSION;
@@ -507,8 +412,9 @@ bool write_record_on_the_writer_thread(const char* occasion) noexcept {
       intra_op_threads = settings().threading_cost.intra_op_threads;
       if (settings().file_pid != getpid()) {
         settings().file_pid = getpid();
-        settings().file_name = host_name() + "-" + std::to_string(getpid()) +
-            "-" + std::to_string(process_start_ns()) + ".json";
+        settings().file_name = process_identity().host + "-" +
+            std::to_string(getpid()) + "-" +
+            std::to_string(process_start_ns()) + ".json";
       }
       name = settings().file_name;
     }
@@ -537,7 +443,7 @@ bool write_record_on_the_writer_thread(const char* occasion) noexcept {
         name,
         text,
         /*temporary_prefix=*/name,
-        /*stale_prefix=*/host_name() + "-");
+        /*stale_prefix=*/process_identity().host + "-");
     return true;
   } catch (const std::exception& e) {
     // One warning per process, however many of its writes fail.
@@ -555,10 +461,11 @@ bool write_record_on_the_writer_thread(const char* occasion) noexcept {
 
 int job_wide_name(char* out, size_t size) noexcept {
   try {
-    const auto [job, source] = job_and_source("");
-    if (source == "program") {
+    const ProcessIdentity& identity = process_identity();
+    if (identity.job.empty()) {
       return 0;
     }
+    const std::string& job = identity.job;
     if (out != nullptr && size > 0) {
       const size_t n = std::min(job.size(), size - 1);
       std::memcpy(out, job.data(), n);
