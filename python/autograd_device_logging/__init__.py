@@ -41,6 +41,7 @@ __all__ = [
     "format_device_stats_table",
     "write_process_record",
     "measure_threading",
+    "set_calling_thread_backward",
     "threading_cost",
     "ThreadingCost",
 ]
@@ -96,6 +97,9 @@ class Status:
     #: per device class, the pairs measured and the median difference
     #: between single-threaded and multithreaded backward.
     threading_cost: Optional[ThreadingCost] = None
+    #: Single-device passes run on the calling thread
+    #: (set_calling_thread_backward).
+    calling_thread: bool = False
 
     @property
     def events_emitted(self) -> FrozenSet[str]:
@@ -137,6 +141,7 @@ def status() -> Status:
         activated_by=_activation.how(),
         torch_logs_events=bool(lib.autograd_device_logging_torch_logs_events()),
         threading_cost=threading_cost(),
+        calling_thread=bool(lib.autograd_device_logging_calling_thread()),
     )
 
 
@@ -264,6 +269,16 @@ def check_report() -> str:
             "loaded (Python binds an extension's symbols as it imports "
             "torch). " + _activation.NOT_ACTIVE_HINT
         )
+    lines.append(
+        "calling thread:   "
+        + (
+            "on: passes on one accelerator device run on the calling thread"
+            if s.calling_thread
+            else "off: every pass runs as torch runs it (set_calling_thread_backward(True) or "
+            "AUTOGRAD_DEVICE_LOGGING_CALLING_THREAD=1 keeps single-device passes on the "
+            "calling thread)"
+        )
+    )
     lines.append("threading cost:   " + _threading_cost_line(s.threading_cost))
     events = ", ".join(sorted(s.events_raised)) or "none"
     if s.torch_logs_events:
@@ -280,6 +295,27 @@ def _threading_cost_line(cost: Optional[ThreadingCost]) -> str:
         )
     pairs = ", ".join(f"{c}: {v.pairs}" for c, v in cost.classes.items()) or "none yet"
     return f"measuring (Python's backward and grad; C++ programs are not measured); pairs: {pairs}"
+
+
+def set_calling_thread_backward(enabled: bool = True) -> None:
+    """Runs every later backward pass whose graph spans exactly one
+    accelerator device, and no CPU-routed nodes, on the thread that starts
+    it, as PyTorch's PR #192004 does; passes that span several devices keep
+    the device threads (Note [Single-device passes on the calling thread],
+    calling_thread_policy.h). Gradients, errors and the caller's own
+    set_multithreading_enabled setting are those of stock torch. Works
+    before or after `import torch`; raises RuntimeError where this torch
+    lacks the seam it needs."""
+
+    def apply(lib) -> None:
+        if not lib.autograd_device_logging_set_calling_thread(int(bool(enabled))):
+            raise RuntimeError(
+                "autograd_device_logging: this torch's at::ThreadLocalState has no "
+                "set_multithreading_enabled, which single-device passes on the calling "
+                "thread need"
+            )
+
+    _activation.call_when_loaded(apply)
 
 
 def measure_threading(enabled: bool = True, **settings) -> None:

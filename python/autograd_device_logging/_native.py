@@ -35,6 +35,9 @@ SIGNATURES: Dict[str, Tuple[Optional[type], List[type]]] = {
     "torch_logs_events": (ctypes.c_int, []),
     "library_path": (ctypes.c_char_p, []),
     "loaded_by_preload": (ctypes.c_int, []),
+    # Single-device passes on the calling thread.
+    "set_calling_thread": (ctypes.c_int, [ctypes.c_int]),
+    "calling_thread": (ctypes.c_int, []),
     # Statistics.
     "stats": (ctypes.c_int, [ctypes.POINTER(_u64)]),
     "enable_stats": (None, [ctypes.c_int]),

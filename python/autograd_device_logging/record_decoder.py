@@ -115,6 +115,7 @@ else:
         written_at: str = ""
         accelerators: dict = msgspec.field(default_factory=dict)
         parent: Union[_Parent, msgspec.UnsetType] = msgspec.UNSET
+        calling_thread: bool = False
 
     _decoder = msgspec.json.Decoder(_Record)
     _refused = (msgspec.ValidationError, msgspec.DecodeError)

@@ -321,6 +321,8 @@ def parse_record(record) -> Record:
     for field in ("time", "library_version", "activated_by", "written_at"):
         if type(get(field, "")) is not str:
             raise Skip(f"malformed: bad field: {field}")
+    if type(get("calling_thread", False)) is not bool:
+        raise Skip("malformed: bad field: calling_thread")
     if type(get("accelerators", {})) is not dict:
         raise Skip("malformed: bad field: accelerators")
     return r

@@ -4,6 +4,7 @@
 
 #include <torch/csrc/autograd/device_logging_c_api.h>
 
+#include <torch/csrc/autograd/calling_thread_policy.h>
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/interposition.h>
@@ -131,6 +132,14 @@ int autograd_device_logging_torch_logs_events(void) {
 
 int autograd_device_logging_loaded_by_preload(void) {
   return device_logging::detail::loaded_by_preload() ? 1 : 0;
+}
+
+int autograd_device_logging_set_calling_thread(int enabled) {
+  return device_logging::set_calling_thread_backward(enabled != 0) ? 1 : 0;
+}
+
+int autograd_device_logging_calling_thread(void) {
+  return device_logging::calling_thread_backward() ? 1 : 0;
 }
 
 void autograd_device_logging_reset_raised_events_for_testing(unsigned events) {

@@ -43,6 +43,15 @@ AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_library_path(
 // 1 when LD_PRELOAD named this library as it was loaded, else 0.
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_loaded_by_preload(void);
 
+// --- Single-device passes on the calling thread (calling_thread_policy.h) ----
+
+// Turns the opt-in on (1) or off (0); returns 1, or 0 (nothing changed) where
+// this torch lacks the seam the opt-in needs.
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_set_calling_thread(
+    int enabled);
+// 1 while it is on.
+AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_calling_thread(void);
+
 // --- Statistics (device_stats.h) --------------------------------------------
 
 // out[0..4]: cpu_only, single_accelerator, accelerator_cpu, multi_accelerator,

@@ -59,7 +59,11 @@ constexpr bool kTorchLogsTheEvents = false;
 //   6    kStateFaultForTesting    a test installed a classifier fault
 //   7    kStateCensusRequested    some thread asked for the census of its
 //                                 next pass (Note [A census on request])
-//   8-31                          free
+//   8    kStateCallingThread      single-device passes run on the calling
+//                                 thread (Note [Single-device passes on the
+//                                 calling thread]), so every pass is
+//                                 classified
+//   9-31                          free
 //
 // After libtorch's walk, engine.cpp does one relaxed load of it; when it is
 // exactly kNothingLeftToLog (both events done, which only a pass that saw an
@@ -79,6 +83,7 @@ constexpr StateWord kStateActive = 1u << 4;
 constexpr StateWord kStateAcceleratorSeen = 1u << 5;
 constexpr StateWord kStateFaultForTesting = 1u << 6;
 constexpr StateWord kStateCensusRequested = 1u << 7;
+constexpr StateWord kStateCallingThread = 1u << 8;
 constexpr StateWord kStateAllEventsDone =
     kStateMultiDeviceDone | kStateGpuCpuDone;
 constexpr StateWord kNothingLeftToLog =

@@ -18,6 +18,7 @@
 #include <torch/csrc/autograd/engine.h>
 
 #include <torch/csrc/autograd/benchmark_switch.h>
+#include <torch/csrc/autograd/calling_thread_policy.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/version.h>
 
@@ -68,10 +69,13 @@ void Engine::compute_dependencies(
   }
 #endif
   // Once both events fired (and statistics are off), this load and compare
-  // are all a pass costs; see Note [Device logging state].
+  // are all a pass costs; see Note [Device logging state]. The pass's class
+  // may keep it on the calling thread (Note [Single-device passes on the
+  // calling thread]).
   if (detail::state.load(std::memory_order_relaxed) !=
-      detail::kNothingLeftToLog) {
-    device_logging::log_backward_devices(root, task, min_topo_nr);
+          detail::kNothingLeftToLog &&
+      device_logging::log_backward_devices(root, task, min_topo_nr)) {
+    detail::keep_pass_on_calling_thread(task);
   }
 }
 

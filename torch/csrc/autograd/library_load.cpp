@@ -7,6 +7,7 @@
 // environment. Each step stands alone: a disabled classifier still keeps its
 // record, which then says why it is disabled.
 
+#include <torch/csrc/autograd/calling_thread_policy.h>
 #include <torch/csrc/autograd/device_stats_recording.h>
 #include <torch/csrc/autograd/interposition.h>
 #include <torch/csrc/autograd/process_identity.h>
@@ -21,6 +22,7 @@ void run_at_load() noexcept {
   check_interposition_at_load();
   arm_process_record_from_environment();
   arm_statistics_from_environment();
+  arm_calling_thread_from_environment();
 }
 
 // Runs when the dynamic linker initializes this library, i.e. after libtorch

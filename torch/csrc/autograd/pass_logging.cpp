@@ -194,11 +194,50 @@ C10_NOINLINE void take_requested_census(
   });
 }
 
+// A pass while single-device passes run on the calling thread, in a process
+// with an accelerator: the whole pass is read, since its class decides where
+// it runs; events and statistics are fed as on any other pass. True when it
+// is single_accelerator. Never throws: any failure disables the library, and
+// the pass keeps the device threads.
+C10_NOINLINE bool classify_for_calling_thread(
+    const Node* root,
+    const GraphTask& task,
+    uint64_t min_topo_nr,
+    detail::StateWord current) noexcept {
+  detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
+  bool single_accelerator = false;
+  or_disable([&] {
+    if (C10_UNLIKELY(current & detail::kStateFaultForTesting)) {
+      if (const ClassifierFaultForTesting fault =
+              classifier_fault_for_testing.load(std::memory_order_relaxed)) {
+        fault();
+      }
+    }
+    const PassDeviceCensus census =
+        census_backward_pass(root, task.nodes_in_graph_, min_topo_nr);
+    detail::nodes_inspected.fetch_add(
+        census.nodes_inspected, std::memory_order_relaxed);
+    if (current & detail::kStateStatsEnabled) {
+      detail::record_backward_pass(
+          census.device_class(), census.num_accelerators);
+    }
+    const uint8_t decided = static_cast<uint8_t>(
+        census.events() & kAllBackwardDeviceEvents & ~current);
+    if (decided != kNoBackwardDeviceEvent) {
+      emit(decided);
+    }
+    single_accelerator =
+        census.device_class() == BackwardDeviceClass::kSingleAccelerator;
+  });
+  return single_accelerator;
+}
+
 // Every pass that is not the common one (Note [The per-pass fast path]): the
 // first pass, passes with statistics on, passes of a disabled library,
 // passes of a process where no accelerator was seen yet, passes under a
-// test's injected fault, and passes while some thread requested a census.
-C10_NOINLINE void log_backward_devices_slow(
+// test's injected fault, passes while some thread requested a census, and
+// passes while single-device passes run on the calling thread.
+C10_NOINLINE bool log_backward_devices_slow(
     const Node* root,
     const GraphTask& task,
     uint64_t min_topo_nr,
@@ -216,13 +255,21 @@ C10_NOINLINE void log_backward_devices_slow(
       !(current & detail::kStateDisabled) &&
       detail::census_requested_on_this_thread()) {
     take_requested_census(root, task, min_topo_nr, current);
-    return;
+    return false;
+  }
+  if (C10_UNLIKELY(current & detail::kStateCallingThread) &&
+      !(current & detail::kStateDisabled) &&
+      ((current & detail::kStateAcceleratorSeen) ||
+       process_has_accelerator_devices())) {
+    current |= state.fetch_or(
+        detail::kStateAcceleratorSeen, std::memory_order_relaxed);
+    return classify_for_calling_thread(root, task, min_topo_nr, current);
   }
   const bool stats = current & detail::kStateStatsEnabled;
   if (((current & kAllBackwardDeviceEvents) == kAllBackwardDeviceEvents &&
        !stats) ||
       (current & detail::kStateDisabled)) {
-    return;
+    return false;
   }
   if (!(current & detail::kStateAcceleratorSeen)) {
     if (!process_has_accelerator_devices()) {
@@ -230,7 +277,7 @@ C10_NOINLINE void log_backward_devices_slow(
         detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
         detail::record_backward_pass(BackwardDeviceClass::kCpuOnly, 0);
       }
-      return;
+      return false;
     }
     current = state.fetch_or(
                   detail::kStateAcceleratorSeen, std::memory_order_relaxed) |
@@ -243,6 +290,7 @@ C10_NOINLINE void log_backward_devices_slow(
       static_cast<uint8_t>(kAllBackwardDeviceEvents & ~current),
       stats,
       current & detail::kStateFaultForTesting);
+  return false;
 }
 
 using NodeSet = decltype(GraphTask::nodes_in_graph_);
@@ -301,7 +349,7 @@ C10_ALWAYS_INLINE void classify_on_the_fast_path(
 // function makes is a tail call, so the common pass (one device) runs with no
 // stack frame at all; this is what keeps a 10-node pass under upstream's own
 // per-pass cost.
-void log_backward_devices(
+bool log_backward_devices(
     const Node* root,
     const GraphTask& task,
     uint64_t min_topo_nr) noexcept {
@@ -312,8 +360,7 @@ void log_backward_devices(
       detail::kStateActive | detail::kStateAcceleratorSeen;
   const detail::StateWord current = state.load(std::memory_order_relaxed);
   if ((current & kFastPathMask) != kFastPath) {
-    log_backward_devices_slow(root, task, min_topo_nr, current);
-    return;
+    return log_backward_devices_slow(root, task, min_topo_nr, current);
   }
   detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
   const uint8_t pending =
@@ -323,6 +370,7 @@ void log_backward_devices(
   } else {
     classify_on_the_fast_path<true>(root, task, min_topo_nr, pending);
   }
+  return false;
 }
 
 void set_classifier_fault_for_testing(

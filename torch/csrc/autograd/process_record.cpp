@@ -4,6 +4,7 @@
 
 #include <torch/csrc/autograd/accelerator_devices.h>
 #include <torch/csrc/autograd/backward_device_class.h>
+#include <torch/csrc/autograd/calling_thread_policy.h>
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats.h>
 #include <torch/csrc/autograd/interposition.h>
@@ -271,6 +272,7 @@ nlohmann::json make_record(
     r["pass_classes"] = nullptr;
   }
   r["threading_cost"] = threading_cost;
+  r["calling_thread"] = calling_thread_backward();
   const std::string* reason = disabled_reason();
   r["disabled_reason"] =
       reason != nullptr ? nlohmann::json(*reason) : nlohmann::json(nullptr);
