@@ -252,6 +252,10 @@ def format_threading_cost(summary: dict, width: Optional[int] = DEFAULT_WIDTH) -
         "its units: each process, and the ranks of a run as one (they are not independent); "
         f"{ALL_JOBS} gives each job one vote. Interval: between order statistics of the units, "
         "with its exact coverage of their median, 95% or more where the units allow; "
-        "(range): too few units for 95%, the units' range and its coverage; n/a: one unit",
+        "(range): too few units for 95%, the units' range and its coverage; n/a: one unit. "
+        "It estimates what a sampled pass costs single-threaded inside a running process, the "
+        "other mode's threads kept warm between its passes; not what turning multithreading off "
+        "for whole processes does, which moves more from one process to the next "
+        "(docs/threading-cost.md sets the two side by side).",
     )
     return "\n".join(lines)
