@@ -8,18 +8,24 @@ span several devices keep the device threads. The caller's own
 multithreading setting is the same after every pass."""
 
 import json
+import tempfile
 import unittest
 
-import torch
+import jsonschema
 from common_device_logging import (
     ACCELERATOR_LIBRARY,
     LIBRARY,
+    RECORD_SCHEMA,
     WITH_TEST_ACCELERATOR,
+    only_record,
     require_built,
+    run_child,
     run_code,
 )
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch.torch_version import TorchVersion
+
+import torch
 
 ON = {"AUTOGRAD_DEVICE_LOGGING_CALLING_THREAD": "1"}
 
@@ -242,6 +248,43 @@ class TestCallingThread(TestCase):
     def test_status_says_so(self):
         self.assertTrue(self.opt_in["status"])
         self.assertFalse(self.stock["status"])
+
+
+class TestCallingThreadSwitch(TestCase):
+    """How the opt-in is turned on, and where it says so: each case a fresh
+    process."""
+
+    def setUp(self):
+        super().setUp()
+        require_built(self, LIBRARY)
+
+    def test_the_python_call_works_before_torch_is_imported(self):
+        result = run_code(
+            "import autograd_device_logging as adl\n"
+            "adl.set_calling_thread_backward(True)\n"
+            "import torch\n"
+            "print('ON', adl.status().calling_thread)\n"
+            "adl.set_calling_thread_backward(False)\n"
+            "print('OFF', adl.status().calling_thread)\n"
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("ON True", result.stdout)
+        self.assertIn("OFF False", result.stdout)
+
+    def test_check_and_the_record_say_so(self):
+        result = run_child(["-m", "autograd_device_logging", "--check"], env_extra=ON)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertRegex(result.stdout, r"(?m)^calling thread: +on: ")
+        with tempfile.TemporaryDirectory() as directory:
+            result = run_code(
+                "import autograd_device_logging, torch\n"
+                "assert autograd_device_logging.write_process_record()\n",
+                env_extra=dict(ON, AUTOGRAD_DEVICE_LOGGING_REPORT_DIR=directory),
+            )
+            self.assertEqual(result.returncode, 0, result.stderr)
+            record = only_record(self, directory)
+        jsonschema.validate(record, RECORD_SCHEMA)
+        self.assertIs(record["calling_thread"], True)
 
 
 if __name__ == "__main__":

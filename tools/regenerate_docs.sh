@@ -10,7 +10,8 @@
 # all, in that order; matrix builds and tests 16 torch releases and soak
 # repeats every suite, so those two take hours). The sections measured on
 # GPUs come from their own scripts on a machine with NVIDIA GPUs:
-# benchmarks/threading_cost.py, benchmarks/gpu_wall_clock.py and
+# benchmarks/threading_cost.py, benchmarks/calling_thread.py (run twice, then
+# write), benchmarks/gpu_wall_clock.py and
 # tools/gpu_check.sh --record.
 set -euo pipefail
 
