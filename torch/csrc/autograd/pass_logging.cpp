@@ -160,6 +160,37 @@ void classify_off_the_fast_path(
   });
 }
 
+// Reads the whole pass (its census), after a test's injected fault where one
+// is installed; feeds the statistics where they are on and emits the events
+// it decides that no pass raised yet. May throw: its callers disable the
+// library instead.
+PassDeviceCensus take_census_and_feed(
+    const Node* root,
+    const GraphTask& task,
+    uint64_t min_topo_nr,
+    detail::StateWord current) {
+  if (C10_UNLIKELY(current & detail::kStateFaultForTesting)) {
+    if (const ClassifierFaultForTesting fault =
+            classifier_fault_for_testing.load(std::memory_order_relaxed)) {
+      fault();
+    }
+  }
+  const PassDeviceCensus census =
+      census_backward_pass(root, task.nodes_in_graph_, min_topo_nr);
+  detail::nodes_inspected.fetch_add(
+      census.nodes_inspected, std::memory_order_relaxed);
+  if (current & detail::kStateStatsEnabled) {
+    detail::record_backward_pass(
+        census.device_class(), census.num_accelerators);
+  }
+  const uint8_t decided = static_cast<uint8_t>(
+      census.events() & kAllBackwardDeviceEvents & ~current);
+  if (decided != kNoBackwardDeviceEvent) {
+    emit(decided);
+  }
+  return census;
+}
+
 // A pass whose thread asked for its census (Note [A census on request]):
 // the whole pass is read, whatever the once-per-process state says, and the
 // census kept for the thread; the events and statistics are fed as on any
@@ -171,26 +202,8 @@ C10_NOINLINE void take_requested_census(
     detail::StateWord current) noexcept {
   detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
   or_disable([&] {
-    if (C10_UNLIKELY(current & detail::kStateFaultForTesting)) {
-      if (const ClassifierFaultForTesting fault =
-              classifier_fault_for_testing.load(std::memory_order_relaxed)) {
-        fault();
-      }
-    }
-    const PassDeviceCensus census =
-        census_backward_pass(root, task.nodes_in_graph_, min_topo_nr);
-    detail::keep_census_on_this_thread(census);
-    detail::nodes_inspected.fetch_add(
-        census.nodes_inspected, std::memory_order_relaxed);
-    if (current & detail::kStateStatsEnabled) {
-      detail::record_backward_pass(
-          census.device_class(), census.num_accelerators);
-    }
-    const uint8_t decided = static_cast<uint8_t>(
-        census.events() & kAllBackwardDeviceEvents & ~current);
-    if (decided != kNoBackwardDeviceEvent) {
-      emit(decided);
-    }
+    detail::keep_census_on_this_thread(
+        take_census_and_feed(root, task, min_topo_nr, current));
   });
 }
 
@@ -207,27 +220,9 @@ C10_NOINLINE bool classify_for_calling_thread(
   detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
   bool single_accelerator = false;
   or_disable([&] {
-    if (C10_UNLIKELY(current & detail::kStateFaultForTesting)) {
-      if (const ClassifierFaultForTesting fault =
-              classifier_fault_for_testing.load(std::memory_order_relaxed)) {
-        fault();
-      }
-    }
-    const PassDeviceCensus census =
-        census_backward_pass(root, task.nodes_in_graph_, min_topo_nr);
-    detail::nodes_inspected.fetch_add(
-        census.nodes_inspected, std::memory_order_relaxed);
-    if (current & detail::kStateStatsEnabled) {
-      detail::record_backward_pass(
-          census.device_class(), census.num_accelerators);
-    }
-    const uint8_t decided = static_cast<uint8_t>(
-        census.events() & kAllBackwardDeviceEvents & ~current);
-    if (decided != kNoBackwardDeviceEvent) {
-      emit(decided);
-    }
     single_accelerator =
-        census.device_class() == BackwardDeviceClass::kSingleAccelerator;
+        take_census_and_feed(root, task, min_topo_nr, current).device_class() ==
+        BackwardDeviceClass::kSingleAccelerator;
   });
   return single_accelerator;
 }
