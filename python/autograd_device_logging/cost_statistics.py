@@ -109,7 +109,7 @@ def process_value(pairs: Sequence[Sequence[int]]) -> Tuple[float, float]:
 #   same modes, Note [Measuring the cost of single-threaded backward]) and
 #   wait for each other at every all-reduce, so they do not vary
 #   independently. A job is one run of its ranks (its name is the run's:
-#   Note [Which job a process belongs to], process_record.cpp); a restarted
+#   Note [Which job a process belongs to], process_identity.cpp); a restarted
 #   rank stays in it.
 # - A job's estimate is the median over its units, with the interval over
 #   them; `(all jobs)` gives each job one vote: the median of the jobs'

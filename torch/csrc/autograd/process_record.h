@@ -89,7 +89,7 @@ int record_measurement_count(
     uint64_t count) noexcept;
 
 // The job's name as the record gives it (Note [Which job a process belongs
-// to], process_record.cpp), into `out` (truncated to `size` bytes, NUL
+// to], process_identity.cpp), into `out` (truncated to `size` bytes, NUL
 // terminated), when something job-wide names it: 1 then, 0 when only the
 // program and host would (each host would name the job differently).
 int job_wide_name(char* out, size_t size) noexcept;
