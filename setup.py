@@ -120,5 +120,11 @@ TORCH_RELEASE = installed_torch_release()
 setup(
     version=f"{package_version()}+torch{TORCH_RELEASE}",
     install_requires=[f"torch=={TORCH_RELEASE}"],
+    # AUTOGRAD_DEVICE_LOGGING_OTLP=1 (Note [Pushing the counts over OTLP],
+    # otlp_export.py) and the report's --prometheus FILE.
+    extras_require={
+        "otlp": ["opentelemetry-sdk>=1.20", "opentelemetry-exporter-otlp-proto-http>=1.20"],
+        "prometheus": ["prometheus-client>=0.17"],
+    },
     cmdclass=cmdclass,
 )

@@ -8,6 +8,7 @@ added on one side only fails here."""
 import json
 import os
 import re
+import tempfile
 
 from torch.testing._internal.common_utils import TestCase, run_tests
 
@@ -47,16 +48,18 @@ def threading_cost_object():
 class TestRecordVocabulary(TestCase):
     def setUp(self):
         super().setUp()
-        self.record = source(AUTOGRAD, "process_record.cpp")
+        self.record = source(AUTOGRAD, "record_json.cpp")
         self.identity = source(AUTOGRAD, "process_identity.cpp")
 
     def test_the_writer_writes_the_schemas_fields(self):
         written = set(re.findall(r'\br\["(\w+)"\]\s*=', self.record))
         self.assertEqual(written, set(PROPERTIES))
         cost = set(
-            re.findall(r'\{"(\w+)",', function_body(self.record, "nlohmann::json to_json()"))
+            re.findall(
+                r'\{"(\w+)",', function_body(self.record, "nlohmann::json threading_cost_json(")
+            )
         )
-        cost |= set(re.findall(r'threading_cost\["(\w+)"\] =', self.record))
+        cost |= set(re.findall(r'out\["(\w+)"\] =', self.record))
         self.assertEqual(cost, set(threading_cost_object()["properties"]))
         # Where the threads ran (thread_placement.cpp): its fields, and the
         # names of the threads.
@@ -72,7 +75,7 @@ class TestRecordVocabulary(TestCase):
         calling = re.search(r'kCallingThread = "(\w+)"', placement).group(1)
         device = re.search(r'kDeviceThreadPrefix = "(\w+)"', placement).group(1)
         self.assertEqual(thread_schema["propertyNames"]["examples"], [calling, device + "0"])
-        make_record = function_body(self.record, "nlohmann::json make_record(")
+        make_record = function_body(self.record, "std::string encode_record_json(")
         for field in ("torch", "parent"):
             statement = re.search(rf'r\["{field}"\] = \{{(.*?)\}};', make_record, re.S).group(1)
             self.assertEqual(
@@ -90,7 +93,9 @@ class TestRecordVocabulary(TestCase):
         self.assertEqual(
             set(re.findall(r'return "(\w+)";', role)), set(PROPERTIES["role"]["examples"])
         )
-        logged_by = re.search(r'r\["events_logged_by"\] = \w+ \? "(\w+)" : "(\w+)";', self.record)
+        logged_by = re.search(
+            r'r\["events_logged_by"\] = [\w.]+ \? "(\w+)" : "(\w+)";', self.record
+        )
         self.assertEqual(set(logged_by.groups()), set(PROPERTIES["events_logged_by"]["examples"]))
         occasions = function_body(
             source(AUTOGRAD, "record_writer.cpp"), "const char* record_occasion_name("
@@ -102,22 +107,46 @@ class TestRecordVocabulary(TestCase):
 
     def test_classes_and_events_are_the_schemas_in_cxx_and_python(self):
         classes = PROPERTIES["pass_classes"]["anyOf"][0]["required"]
-        cxx_classes = re.search(r"kClassNames = \{([^}]*)\}", self.record).group(1)
+        class_header = source(AUTOGRAD, "backward_device_class.h")
+        cxx_classes = re.search(r"kBackwardDeviceClassNames = \{([^}]*)\}", class_header).group(1)
         self.assertEqual(re.findall(r'"(\w+)"', cxx_classes), classes)
         self.assertEqual(
             threading_cost_object()["properties"]["pairs"]["propertyNames"]["examples"], classes
         )
         events = PROPERTIES["events"]["items"]["examples"]
-        class_header = source(AUTOGRAD, "backward_device_class.h")
         self.assertEqual(re.findall(r'k\w+BackwardEventName =\s*"([\w.]+)";', class_header), events)
-        fields = source(PACKAGE, "record_fields.py")
-        python_events = re.search(r"^EVENTS = \{(.*?)^\}", fields, re.M | re.S).group(1)
-        self.assertEqual(re.findall(r'^\s*"([\w.]+)":', python_events, re.M), events)
-        python_classes = re.search(r"^CLASSES = \(([^)]*)\)", fields, re.M).group(1)
-        self.assertEqual(re.findall(r'"(\w+)"', python_classes), classes)
+        vocabulary = {}
+        exec(source(PACKAGE, "vocabulary.py"), vocabulary)
+        self.assertEqual(list(vocabulary["CLASSES"]), classes)
+        self.assertEqual(list(vocabulary["EVENTS"]), events)
+        self.assertEqual(vocabulary["EVENT_BITS"], {events[0]: 1, events[1]: 2})
+
+    def spellings(self, names, folders=(AUTOGRAD, PACKAGE)):
+        """(file, name) for each place outside the two vocabularies that
+        spells one of `names` as a string literal."""
+        found = []
+        for folder in folders:
+            for name in sorted(os.listdir(folder)):
+                if name in ("backward_device_class.h", "vocabulary.py"):
+                    continue
+                if name.endswith((".h", ".cpp", ".py")):
+                    text = source(folder, name)
+                    found += [(name, n) for n in names if f'"{n}"' in text]
+        return found
+
+    def test_the_names_are_spelled_once_per_language(self):
+        # Every encoder (the record, the Prometheus text, the report's
+        # exports), the C API and the report take them from the vocabulary.
+        names = PROPERTIES["pass_classes"]["anyOf"][0]["required"]
+        names += PROPERTIES["events"]["items"]["examples"]
+        self.assertEqual(self.spellings(names), [])
 
     def test_a_name_on_one_side_only_fails(self):
-        # The checks above find a planted difference.
+        # The checks above find a planted difference, and a second spelling.
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "report_text.py"), "w") as f:
+                f.write(source(PACKAGE, "report_text.py") + '\nNEGATIVE = "cpu_only"\n')
+            self.assertEqual(self.spellings(["cpu_only"], [tmp]), [("report_text.py", "cpu_only")])
         planted = self.record.replace('r["pid"] =', 'r["process_id"] =')
         self.assertNotEqual(set(re.findall(r'\br\["(\w+)"\]\s*=', planted)), set(PROPERTIES))
         role = function_body(self.identity, "std::string role()").replace('"agent"', '"launcher"')

@@ -31,6 +31,7 @@ tree_state() {
     grep -vE '^!! build(-address|-thread|-oldest)?/$' || true
 }
 tree_before=$(tree_state)
+status=0
 
 # A section's header says how long the run had taken when it began.
 section() { printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
@@ -53,6 +54,20 @@ if [ "${AUTOGRAD_DEVICE_LOGGING_SKIP_OLDEST:-0}" != 1 ]; then
 fi
 build=$(bash "$repo/tools/build.sh" "$python") || { echo "build failed"; exit 1; }
 
+# The telemetry's tests run the real tools (test/test_prometheus.py):
+# node_exporter and promtool, from Debian's packages, installed when missing.
+if ! command -v prometheus-node-exporter >/dev/null || ! command -v promtool >/dev/null; then
+  section "Installing node_exporter and promtool (Debian: prometheus-node-exporter, prometheus)"
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  apt_install() {
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
+      prometheus-node-exporter prometheus >/dev/null
+  }
+  apt_install || { $sudo apt-get update -q >/dev/null && apt_install; } ||
+    { echo "could not install node_exporter and promtool"; status=1; }
+fi
+
 # The tests in parallel: one process per core, at most 8; a test class stays
 # in one process, so that what its setUpClass builds is built once, and the
 # classes that pip-build the sources share one (Note [One pip build per test
@@ -61,7 +76,6 @@ workers=$(nproc)
 [ "$workers" -gt 8 ] && workers=8
 export PYTEST_ADDOPTS="-n $workers --dist loadgroup ${PYTEST_ADDOPTS:-}"
 
-status=0
 section "Python formatting (black, isort; configured in pyproject.toml)"
 mapfile -t python_sources < <(git -C "$repo" ls-files '*.py' | sed "s|^|$repo/|")
 if [ ${#python_sources[@]} -eq 0 ]; then

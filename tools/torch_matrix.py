@@ -68,6 +68,8 @@ def venv_for(release, log):
                 "matplotlib==3.9.4\nsetuptools>=70.1\n"
                 "hypothesis==6.122.3\njsonschema==4.23.0\nduckdb==1.1.3\nscipy==1.14.1\n"
                 "msgspec==0.19.0\ntqdm==4.67.1\npytest-xdist==3.6.1\n"
+                "prometheus-client==0.26.0\nopentelemetry-sdk==1.45.2\n"
+                "opentelemetry-exporter-otlp-proto-http==1.45.2\nopentelemetry-proto==1.45.2\n"
             )
         env = dict(os.environ, AUTOGRAD_DEVICE_LOGGING_REQUIREMENTS=requirements)
         existed = set(os.listdir(cache_dir())) if os.path.isdir(cache_dir()) else set()

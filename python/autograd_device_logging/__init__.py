@@ -23,6 +23,7 @@ from typing import FrozenSet, Optional
 
 from autograd_device_logging import _activation, _native
 from autograd_device_logging import threading_measurement as _measurement
+from autograd_device_logging import vocabulary
 from autograd_device_logging.threading_measurement import ThreadingCost
 
 __version__ = "0.1.0"
@@ -130,7 +131,9 @@ def status() -> Status:
     decode = _native.decode
     return Status(
         active=bool(lib.autograd_device_logging_active()),
-        events_raised=frozenset(name for bit, name in _native.EVENT_NAMES.items() if raised & bit),
+        events_raised=frozenset(
+            name for name, bit in vocabulary.EVENT_BITS.items() if raised & bit
+        ),
         nodes_inspected=int(lib.autograd_device_logging_nodes_inspected()),
         disabled_reason=(
             decode(lib.autograd_device_logging_disabled_reason()) or _activation.late_reason()
@@ -218,10 +221,7 @@ def format_device_stats_table(rows) -> str:
     """One table of per-rank DeviceStats (e.g. from gather_device_stats)."""
     columns = (
         "passes",
-        "cpu_only",
-        "single_accelerator",
-        "accelerator_cpu",
-        "multi_accelerator",
+        *vocabulary.CLASSES,
         "max_accelerators_in_one_pass",
     )
     header = ["rank", *columns]

@@ -84,6 +84,8 @@ from autograd_device_logging import threading_measurement as _measurement
 SWITCH = "AUTOGRAD_DEVICE_LOGGING"
 #: The program whose job the processes that this one starts join.
 PROGRAM_ENV = "AUTOGRAD_DEVICE_LOGGING_PROGRAM"
+#: Pushes the counts over OTLP (otlp_export.py).
+OTLP_ENV = "AUTOGRAD_DEVICE_LOGGING_OTLP"
 #: The name of the .pth's finder in sys.meta_path.
 PTH_FINDER_NAME = "LoadBeforeTorch"
 _ON = ("1", "true", "yes", "on")
@@ -241,6 +243,7 @@ def _load():
     # Python's atexit runs before the library's: the measurement's counts are
     # complete by then.
     atexit.register(_measurement.record_counts)
+    _start_otlp_export(lib)
     calls, _when_loaded[:] = list(_when_loaded), []
     for call in calls:
         call(lib)
@@ -249,6 +252,18 @@ def _load():
         _measurement.start(lib, settings, sys.modules["torch"])
         return None
     return settings
+
+
+def _start_otlp_export(lib) -> None:
+    """AUTOGRAD_DEVICE_LOGGING_OTLP=1 (Note [Pushing the counts over OTLP],
+    otlp_export.py); the SDK is imported only then."""
+    value = os.environ.get(OTLP_ENV, "")
+    if value.lower() in _ON:
+        from autograd_device_logging import otlp_export
+
+        otlp_export.start(lib)
+    elif value and value.lower() not in _OFF:
+        _warn(f"ignoring {OTLP_ENV}={value}: use 1, true, yes or on, or 0, false, no or off")
 
 
 def call_when_loaded(call: Callable) -> None:

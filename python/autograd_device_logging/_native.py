@@ -54,6 +54,8 @@ SIGNATURES: Dict[str, Tuple[Optional[type], List[type]]] = {
     "record_measurement_count": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, _u64]),
     "job_wide_name": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
     "write_process_record": (ctypes.c_int, []),
+    "record_json": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
+    "wait_for_record_write": (_u64, [_u64, ctypes.c_int]),
     # Around a sampled pass.
     "multithreading_enabled": (ctypes.c_int, []),
     "set_multithreading_enabled": (ctypes.c_int, [ctypes.c_int]),
@@ -62,12 +64,6 @@ SIGNATURES: Dict[str, Tuple[Optional[type], List[type]]] = {
     # Test seams.
     "inject_classifier_fault_for_testing": (ctypes.c_int, [ctypes.c_int]),
     "reset_raised_events_for_testing": (None, [ctypes.c_uint]),
-}
-
-#: The BackwardDeviceEvent bits of events_raised().
-EVENT_NAMES = {
-    1: "torch.autograd.multidevice_backward",
-    2: "torch.autograd.gpu_cpu_backward",
 }
 
 

@@ -10,7 +10,9 @@ warning is a RuntimeWarning attributed to the user's line that led to it
 `import torch`, say), as warnings.warn(stacklevel=...) would, so that
 Python's filters and -W work on it; where no such frame exists (at exit, or
 a program started as a string), it is printed as the C++ warnings are,
-without a file and line, never as this package's file at line 0. It never
+without a file and line, never as this package's file at line 0; so is one
+from a thread the package started (the OTLP export's), whose stack holds no
+line of the user's. It never
 raises: it may run inside `import torch`, and -W error turns a warning into
 an exception there.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import warnings
 
 PREFIX = "autograd_device_logging: "
@@ -33,6 +36,7 @@ def _not_the_users(filename: str) -> bool:
         or filename.startswith("<frozen runpy")
         or f"{os.sep}torch{os.sep}" in filename
         or filename.endswith("autograd_device_logging.pth")
+        or filename == threading.__file__
     )
 
 

@@ -1,7 +1,7 @@
 """Which jobs run multi-device or accelerator+CPU backward passes, and how often.
 
     python -m autograd_device_logging report DIR [--json] [--plot PNG]
-        [--since WHEN] [--until WHEN] [--job NAME ...] [--by-placement]
+        [--prometheus FILE] [--since WHEN] [--until WHEN] [--job NAME ...] [--by-placement]
         [--workers N]
     autograd-device-logging-report DIR ...      (the same, as a console script)
 
@@ -9,8 +9,9 @@ DIR holds one record per process, written by the library when
 AUTOGRAD_DEVICE_LOGGING_REPORT_DIR (or the launcher's --report) named it
 (Note [The per-process record] in torch/csrc/autograd/process_record.h; the
 format is schema/process_record.schema.json). The report runs offline: it
-imports neither torch nor the library, writes nothing, and needs only Python
-(matplotlib for --plot; msgspec, where installed, reads faster, and tqdm
+imports neither torch nor the library, writes nothing but what --plot and
+--prometheus name, and needs only Python (matplotlib for --plot,
+prometheus_client for --prometheus; msgspec, where installed, reads faster, and tqdm
 shows progress on a terminal).
 
 A row per job and one for all jobs. Its denominator is the processes that ran
@@ -41,7 +42,7 @@ import sys
 from collections import Counter
 from typing import FrozenSet, List, Optional, Tuple
 
-from .fleet_totals import FleetTotals
+from .fleet_totals import ALL_JOBS, FleetTotals
 from .record_fields import Record
 from .record_reader import is_record_name, read_records
 from .report_text import DEFAULT_WIDTH, format_table
@@ -308,6 +309,23 @@ def _plot_path(path: str) -> str:
     return path
 
 
+def _prometheus_path(path: str) -> str:
+    """--prometheus's value, checked before anything is read: its folder
+    exists and is one, and prometheus_client is there to write it."""
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{path}: no such folder: {folder}")
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path} is a folder: name the file to write")
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise argparse.ArgumentTypeError(
+            "needs prometheus_client: pip install prometheus-client"
+        ) from None
+    return path
+
+
 def _not_negative(text: str) -> int:
     try:
         value = int(text)
@@ -349,6 +367,14 @@ def make_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
         type=_plot_path,
         help="also draw the shares and the passes per class into FILE (matplotlib; "
         "PNG, SVG, PDF or any format it writes, by the extension)",
+    )
+    parser.add_argument(
+        "--prometheus",
+        metavar="FILE",
+        type=_prometheus_path,
+        help="also write the per-job counts into FILE in Prometheus's text format, in the "
+        "families of AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_DIR's files (for node_exporter's "
+        "textfile collector; docs/usage.md)",
     )
     parser.add_argument(
         "--since",
@@ -427,6 +453,8 @@ def _main(argv, prog) -> int:
         return 2
     if args.workers < 1:
         parser.error("--workers must be at least 1")
+    if args.prometheus and args.by_placement:
+        parser.error("--prometheus counts per class: leave out --by-placement")
     try:
         report = summarize_directory(
             args.directory,
@@ -454,6 +482,21 @@ def _main(argv, prog) -> int:
         width = _table_width() if args.width is None else (args.width or None)
         print(format_table(report, args.all_jobs, args.top, width))
     sys.stdout.flush()
+    if args.prometheus:
+        from .metric_families import fleet_samples, write_prometheus_file
+
+        try:
+            write_prometheus_file(fleet_samples(report, ALL_JOBS), args.prometheus)
+        except OSError as e:
+            print(
+                f"{parser.prog}: could not write --prometheus {args.prometheus}: {e}",
+                file=sys.stderr,
+            )
+            return 1
+        print(
+            f"{parser.prog}: wrote the counts to {os.path.abspath(args.prometheus)}",
+            file=sys.stderr,
+        )
     if args.plot:
         from .report_plot import plot
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Optional, Sequence, Tuple
 
+from . import vocabulary
 from .cost_statistics import process_value
 
 SCHEMA_MAJOR = 2
@@ -23,12 +24,12 @@ CPU_LIST = re.compile(r"^([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?$")
 # The schema's known events and classes (test/test_fleet_report_reader.py
 # holds them to it), with their short names in the report.
 EVENTS = {
-    "torch.autograd.multidevice_backward": "multidevice",
-    "torch.autograd.gpu_cpu_backward": "gpu_cpu",
+    vocabulary.MULTIDEVICE_BACKWARD: "multidevice",
+    vocabulary.GPU_CPU_BACKWARD: "gpu_cpu",
 }
-EVENT_BITS = {name: 1 << i for i, name in enumerate(EVENTS)}
+EVENT_BITS = vocabulary.EVENT_BITS
 EVENT_MASK = (1 << len(EVENTS)) - 1
-CLASSES = ("cpu_only", "single_accelerator", "accelerator_cpu", "multi_accelerator")
+CLASSES = vocabulary.CLASSES
 MAX_COUNT = 2**63 - 1
 MAX_PAIRS = 10000
 

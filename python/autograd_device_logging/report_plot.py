@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import List, NamedTuple, Optional, Tuple
 
+from . import vocabulary
 from .fleet_totals import ALL_JOBS
 from .record_fields import CLASSES
 
 # The class whose cost is known to be zero: CPU-only passes run on the calling
 # thread in both modes, so its estimates are the negative control, drawn
 # beside the others.
-NEGATIVE_CONTROL = "cpu_only"
+NEGATIVE_CONTROL = vocabulary.CPU_ONLY
 
 
 class ForestRow(NamedTuple):

@@ -7,6 +7,7 @@ import textwrap
 from collections import Counter
 from typing import Dict, List, Optional
 
+from . import vocabulary
 from .fleet_totals import ALL_JOBS
 from .record_fields import CLASSES, EVENTS
 
@@ -14,10 +15,10 @@ from .record_fields import CLASSES, EVENTS
 # record's (record_fields.CLASSES); the table abbreviates them so that it fits
 # its width, and says so under it.
 _CLASS_COLUMNS = {
-    "cpu_only": "cpu",
-    "single_accelerator": "1 acc",
-    "accelerator_cpu": "acc+cpu",
-    "multi_accelerator": "2+ acc",
+    vocabulary.CPU_ONLY: "cpu",
+    vocabulary.SINGLE_ACCELERATOR: "1 acc",
+    vocabulary.ACCELERATOR_CPU: "acc+cpu",
+    vocabulary.MULTI_ACCELERATOR: "2+ acc",
 }
 #: The table's width where stdout is not a terminal.
 DEFAULT_WIDTH = 120

@@ -57,7 +57,9 @@ import zlib
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
-CLASSES = ("cpu_only", "single_accelerator", "accelerator_cpu", "multi_accelerator")
+from . import vocabulary
+
+CLASSES = vocabulary.CLASSES
 ENV = "AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING"
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off", "")

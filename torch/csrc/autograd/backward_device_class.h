@@ -67,6 +67,31 @@ enum class BackwardDeviceClass : uint8_t {
 };
 constexpr int kNumBackwardDeviceClasses = 4;
 
+// Note [One spelling of the classes and events]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The names that leave the library (the record's `pass_classes` keys and
+// `events`, the Prometheus `class` and `event` labels, the C API's strings)
+// are spelled here, once for C++, and in
+// python/autograd_device_logging/vocabulary.py, once for Python;
+// test/test_record_vocabulary.py holds the two, and the record's schema, to
+// each other. Every encoder and the C API take them from here.
+constexpr std::array<const char*, kNumBackwardDeviceClasses>
+    kBackwardDeviceClassNames = {
+        "cpu_only",
+        "single_accelerator",
+        "accelerator_cpu",
+        "multi_accelerator"};
+
+// The two events, by bit (kMultiDeviceBackward, kGpuCpuBackward), in that
+// order.
+constexpr int kNumBackwardDeviceEvents = 2;
+constexpr std::array<BackwardDeviceEvent, kNumBackwardDeviceEvents>
+    kBackwardDeviceEventBits = {kMultiDeviceBackward, kGpuCpuBackward};
+constexpr std::array<const char*, kNumBackwardDeviceEvents>
+    kBackwardDeviceEventNames = {
+        kMultiDeviceBackwardEventName,
+        kGpuCpuBackwardEventName};
+
 // Everything the statistics want from one pass: the distinct accelerator
 // devices (counted exactly up to kMaxCountedAccelerators, a fixed array, so
 // no allocation) and whether a CPU-routed node occurs; census_backward_pass

@@ -11,11 +11,13 @@
 #include <torch/csrc/autograd/multithreading_mode.h>
 #include <torch/csrc/autograd/pass_census.h>
 #include <torch/csrc/autograd/process_record.h>
+#include <torch/csrc/autograd/record_writer.h>
 
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <new>
 #include <string>
@@ -122,6 +124,24 @@ int autograd_device_logging_write_process_record(void) {
   return device_logging::detail::write_process_record() ? 1 : 0;
 }
 
+size_t autograd_device_logging_record_json(char* out, size_t size) {
+  const std::string json = device_logging::detail::current_record_json();
+  if (out != nullptr && size > 0) {
+    const size_t n = std::min(json.size(), size - 1);
+    std::memcpy(out, json.data(), n);
+    out[n] = '\0';
+  }
+  return json.size();
+}
+
+uint64_t autograd_device_logging_wait_for_record_write(
+    uint64_t seen,
+    int timeout_ms) {
+  device_logging::detail::follow_record_writes();
+  return device_logging::detail::wait_for_record_write(
+      seen, std::chrono::milliseconds(std::max(timeout_ms, 0)));
+}
+
 const char* autograd_device_logging_library_path(void) {
   return device_logging::detail::library_file().c_str();
 }
@@ -148,11 +168,11 @@ void autograd_device_logging_reset_raised_events_for_testing(unsigned events) {
 
 int autograd_device_logging_stats(uint64_t* out) {
   const auto stats = device_logging::backward_device_stats();
-  out[0] = stats.cpu_only;
-  out[1] = stats.single_accelerator;
-  out[2] = stats.accelerator_cpu;
-  out[3] = stats.multi_accelerator;
-  out[4] = static_cast<uint64_t>(stats.max_accelerators_in_one_pass);
+  for (int i = 0; i < device_logging::kNumBackwardDeviceClasses; ++i) {
+    out[i] = stats.of_class(i);
+  }
+  out[device_logging::kNumBackwardDeviceClasses] =
+      static_cast<uint64_t>(stats.max_accelerators_in_one_pass);
   return stats.enabled ? 1 : 0;
 }
 

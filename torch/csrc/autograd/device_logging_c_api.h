@@ -104,6 +104,19 @@ AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_job_wide_name(
 // _exit) and waits for it; 1 when written.
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_write_process_record(
     void);
+// The record as it stands now, as JSON (schema/process_record.schema.json),
+// into `out` (truncated to `size` bytes, NUL terminated); returns its full
+// length, 0 when it cannot be built. Not during a pass.
+AUTOGRAD_DEVICE_LOGGING_API size_t
+autograd_device_logging_record_json(char* out, size_t size);
+// Waits until the record's writer has served more than `seen` write
+// requests (the first pass, an event, a measured pair, exit), or
+// `timeout_ms` passed, and returns how many it has served; the first call
+// has the write points served even with no directory set. For a thread of
+// the program's own that exports after each write (the Python package's
+// OTLP export); never from a thread that runs backward.
+AUTOGRAD_DEVICE_LOGGING_API uint64_t
+autograd_device_logging_wait_for_record_write(uint64_t seen, int timeout_ms);
 
 // --- Around a sampled pass (multithreading_mode.h, pass_census.h) -----------
 

@@ -94,12 +94,14 @@ void reset_backward_device_stats() {
 }
 
 std::string format_backward_device_stats(const BackwardDeviceStats& stats) {
-  return "autograd device stats: " + std::to_string(stats.passes()) +
-      " backward passes: cpu_only=" + std::to_string(stats.cpu_only) +
-      " single_accelerator=" + std::to_string(stats.single_accelerator) +
-      " accelerator_cpu=" + std::to_string(stats.accelerator_cpu) +
-      " multi_accelerator=" + std::to_string(stats.multi_accelerator) +
-      " max_accelerators_in_one_pass=" +
+  std::string text =
+      "autograd device stats: " + std::to_string(stats.passes()) +
+      " backward passes:";
+  for (int i = 0; i < kNumBackwardDeviceClasses; ++i) {
+    text += std::string(" ") + kBackwardDeviceClassNames[i] + "=" +
+        std::to_string(stats.of_class(i));
+  }
+  return text + " max_accelerators_in_one_pass=" +
       std::to_string(stats.max_accelerators_in_one_pass);
 }
 

@@ -24,6 +24,22 @@ struct BackwardDeviceStats {
   // Saturates at PassDeviceCensus::kMaxCountedAccelerators.
   int64_t max_accelerators_in_one_pass = 0;
 
+  // The passes of one class, by its BackwardDeviceClass value.
+  uint64_t of_class(int device_class) const {
+    switch (device_class) {
+      case 0:
+        return cpu_only;
+      case 1:
+        return single_accelerator;
+      case 2:
+        return accelerator_cpu;
+      case 3:
+        return multi_accelerator;
+      default:
+        return 0;
+    }
+  }
+
   uint64_t passes() const {
     return cpu_only + single_accelerator + accelerator_cpu + multi_accelerator;
   }

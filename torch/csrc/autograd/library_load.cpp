@@ -21,6 +21,7 @@ void run_at_load() noexcept {
   (void)process_identity();
   check_interposition_at_load();
   arm_process_record_from_environment();
+  arm_prometheus_textfile_from_environment();
   arm_statistics_from_environment();
   arm_calling_thread_from_environment();
 }

@@ -3,8 +3,11 @@
 // The per-process record behind the fleet report
 // (python -m autograd_device_logging report DIR).
 
+#include <torch/csrc/autograd/process_snapshot.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace torch::autograd::device_logging::detail {
 
@@ -51,10 +54,10 @@ void arm_process_record_from_environment() noexcept;
 // Writes the record into `dir` at exit (nullptr or "" disarms it).
 void set_report_dir(const char* dir) noexcept;
 
-// What the Python package knows better than the C++ side: the program (the
-// script or module rather than the interpreter) and how the library came in.
-void set_record_program(const char* program) noexcept;
-void set_record_activation(const char* how) noexcept;
+// Reads AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_DIR; called once at load (Note
+// [The Prometheus textfile], prometheus_text.h). Its writes are the record's
+// (the milestones below, each pair, exit), into its own directory.
+void arm_prometheus_textfile_from_environment() noexcept;
 
 // What the threading-cost measurement
 // (python/autograd_device_logging/threading_measurement.py) found, handed
@@ -82,7 +85,6 @@ int record_measured_pair(
     int device_class,
     uint64_t off_ns,
     uint64_t on_ns) noexcept;
-enum class MeasurementCount : int { kNotSampled = 0, kDiscarded = 1 };
 int record_measurement_count(
     MeasurementCount which,
     const char* reason,
@@ -99,10 +101,20 @@ int job_wide_name(char* out, size_t size) noexcept;
 // when the wait ran out, or, after one warning, when it cannot be written.
 bool write_process_record() noexcept;
 
-// Builds the record as it stands and replaces the file; only the writer
-// thread calls it (record_writer.cpp). False when no directory is set or,
-// after one warning per process, when it cannot be written.
-bool write_record_on_the_writer_thread(const char* occasion) noexcept;
+// Takes one snapshot and replaces each armed output's file (the record, the
+// Prometheus textfile); only the writer thread calls it (record_writer.cpp).
+// False when no output is armed or, after one warning per output and
+// process, when one cannot be written.
+bool write_outputs_on_the_writer_thread(const char* occasion) noexcept;
+
+// Has the writer thread serve the write points even with no output armed,
+// for a follower in another thread (the Python package's OTLP export):
+// wait_for_record_write (record_writer.h) then returns after each write.
+void follow_record_writes() noexcept;
+
+// The record as it stands, as JSON (record_json.h), taken on the calling
+// thread; "" when it cannot be built.
+std::string current_record_json() noexcept;
 
 // The hook's milestones (Note [The per-process record]): the process's first
 // backward pass, and an event raised for the first time. Each asks the

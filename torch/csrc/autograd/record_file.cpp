@@ -194,15 +194,19 @@ void replace_file_in_shared_directory(
     const std::string& name,
     const std::string& text,
     const std::string& temporary_prefix,
-    const std::string& stale_prefix) {
+    const std::string& stale_prefix,
+    TemporaryPlace place) {
   const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
   if (!parent.empty()) {
     std::error_code ignored; // a missing parent fails at DIR below
     std::filesystem::create_directories(parent, ignored);
   }
   const Fd dir_fd = open_shared_directory(AT_FDCWD, dir, dir);
-  const std::string tmp_shown = dir + "/.tmp";
-  const Fd tmp_fd = open_shared_directory(dir_fd.get(), ".tmp", tmp_shown);
+  const bool beside = place == TemporaryPlace::kBesideTheFile;
+  const std::string tmp_shown = beside ? dir : dir + "/.tmp";
+  const Fd tmp_dir =
+      beside ? Fd() : open_shared_directory(dir_fd.get(), ".tmp", tmp_shown);
+  const Fd& tmp_fd = beside ? dir_fd : tmp_dir;
   check_temporaries_directory(tmp_fd.get(), tmp_shown);
   remove_stale_temporaries(tmp_fd.get(), stale_prefix);
 

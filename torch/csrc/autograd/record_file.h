@@ -4,6 +4,7 @@
 // per-process record's file (Note [The per-process record],
 // process_record.h).
 
+#include <cstdint>
 #include <string>
 
 namespace torch::autograd::device_logging::detail {
@@ -13,7 +14,8 @@ namespace torch::autograd::device_logging::detail {
 // A fleet's record directory is shared: any user may create entries in it,
 // so every name in it may be planted by someone else, and a job often runs
 // as root. Nothing the writer does follows a name there:
-// - DIR and DIR/.tmp are opened with O_NOFOLLOW | O_DIRECTORY, and every
+// - DIR and DIR/.tmp (or DIR alone, where the temporaries are made in it:
+//   TemporaryPlace below) are opened with O_NOFOLLOW | O_DIRECTORY, and every
 //   later step is relative to those descriptors (openat, renameat,
 //   unlinkat), so a link put in place of either after the check is never
 //   followed. A DIR or DIR/.tmp that is a symbolic link is refused, and so is
@@ -35,8 +37,14 @@ namespace torch::autograd::device_logging::detail {
 // without being able to touch each other's records. Parent directories of
 // DIR are the user's own choice and are followed as given.
 
+// Where the temporary is made: DIR/.tmp (the records' directory, which
+// readers list), or DIR itself, for a directory that must hold nothing but
+// its files (node_exporter's textfile directory, which ignores names that do
+// not end in .prom); then DIR is checked as DIR/.tmp would be.
+enum class TemporaryPlace : uint8_t { kTmpSubdirectory, kBesideTheFile };
+
 // Replaces DIR/`name` with `text` atomically and durably: a new temporary
-// in DIR/.tmp named `temporary_prefix` plus random bits, written and
+// named `temporary_prefix` plus random bits and ".tmp", written and
 // fsync'ed, renamed into place, then DIR fsync'ed. Creates DIR (and its
 // parents) and DIR/.tmp when missing, DIR and DIR/.tmp with mode 1777.
 // Removes temporaries of this user whose writer can no longer finish: those
@@ -47,6 +55,7 @@ void replace_file_in_shared_directory(
     const std::string& name,
     const std::string& text,
     const std::string& temporary_prefix,
-    const std::string& stale_prefix);
+    const std::string& stale_prefix,
+    TemporaryPlace place = TemporaryPlace::kTmpSubdirectory);
 
 } // namespace torch::autograd::device_logging::detail

@@ -88,7 +88,7 @@ void* run_writer(void*) {
     bool written = false;
     if (occasions != 0) {
       written =
-          write_record_on_the_writer_thread(record_occasion_name(occasions));
+          write_outputs_on_the_writer_thread(record_occasion_name(occasions));
     }
     pthread_mutex_lock(&w.mutex);
     w.completed = std::max(w.completed, served);
@@ -204,6 +204,27 @@ RecordWait write_record_and_wait(
                                                  : RecordWait::kFailed;
   pthread_mutex_unlock(&w.mutex);
   return result;
+}
+
+uint64_t wait_for_record_write(
+    uint64_t seen,
+    std::chrono::milliseconds limit) noexcept {
+  Writer& w = writer();
+  timespec deadline{};
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  const auto ns = deadline.tv_nsec +
+      std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
+  deadline.tv_sec += static_cast<time_t>(ns / 1000000000);
+  deadline.tv_nsec = static_cast<long>(ns % 1000000000);
+  pthread_mutex_lock(&w.mutex);
+  while (w.completed <= seen) {
+    if (pthread_cond_timedwait(&w.done, &w.mutex, &deadline) == ETIMEDOUT) {
+      break;
+    }
+  }
+  const uint64_t completed = w.completed;
+  pthread_mutex_unlock(&w.mutex);
+  return completed;
 }
 
 void stop_record_writer() noexcept {

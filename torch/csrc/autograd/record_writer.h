@@ -66,6 +66,13 @@ RecordWait write_record_and_wait(
     RecordOccasion occasion,
     std::chrono::milliseconds limit) noexcept;
 
+// Waits until the writer has served more than `seen` requests, or `limit`
+// has passed, and returns how many it has served: a follower of the writes
+// (follow_record_writes, process_record.h) acts after each.
+uint64_t wait_for_record_write(
+    uint64_t seen,
+    std::chrono::milliseconds limit) noexcept;
+
 // After exit gave up waiting: the writer thread writes nothing more.
 void stop_record_writer() noexcept;
 

@@ -1,0 +1,207 @@
+"""The process's counts, pushed over OTLP/HTTP (protobuf) with
+AUTOGRAD_DEVICE_LOGGING_OTLP=1: the families of the Prometheus textfile
+(metric_families.py), from the same record the library writes.
+
+Note [Pushing the counts over OTLP]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The OpenTelemetry SDK and its OTLP/HTTP exporter are an optional extra
+(`pip install autograd_device_logging[otlp]`); without them the switch costs
+one line that says what to install. The exporter finds the endpoint in the
+standard variables (OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, else
+OTEL_EXPORTER_OTLP_ENDPOINT plus /v1/metrics, else localhost:4318), and the
+resource takes OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME as the SDK
+does. The library adds service.name (the program, unless those name one),
+host.name, process.pid, the job (autograd_device_logging.job; k8s.job.name
+where $KUBERNETES_JOB_NAME is set; autograd_device_logging.slurm.job_id
+where Slurm runs the process, since no convention names it) and the rank as
+a metric attribute.
+
+When: after each write of the record (the library's writer thread serves its
+write points, the first pass, an event, a measured pair, even with no
+directory set, and one thread of this package waits on it in C, without the
+GIL), and once at exit. Each export is bounded by EXPORT_BOUND_S: at exit the
+interpreter waits that long at most, then goes on without it. A failed
+export (an unreachable endpoint, a refusal) is one warning per process; the
+exporter's own log lines from this package's threads are dropped, so that
+nothing else is printed. Nothing here runs on a thread that runs backward.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import logging
+import os
+import socket
+import threading
+from typing import Optional
+
+from . import _user_warning
+from .metric_families import FAMILIES, process_samples
+
+ENV = "AUTOGRAD_DEVICE_LOGGING_OTLP"
+#: The most one export takes, and the most it delays exit.
+EXPORT_BOUND_S = 2.0
+#: The exporting threads' names (their log lines are dropped).
+THREAD_PREFIX = "adl_otlp"
+INSTALL = "pip install 'autograd_device_logging[otlp]'"
+
+
+class _FromOurThreads(logging.Filter):
+    def filter(self, record):
+        return not record.threadName.startswith(THREAD_PREFIX)
+
+
+def record(lib) -> Optional[dict]:
+    """The record as it stands (the C API's record_json), or None."""
+    size = lib.autograd_device_logging_record_json(None, 0)
+    for _ in range(3):
+        if size == 0:
+            return None
+        buffer = ctypes.create_string_buffer(size + 1)
+        needed = lib.autograd_device_logging_record_json(buffer, size + 1)
+        if needed <= size:
+            return json.loads(buffer.value.decode("utf-8", "replace"))
+        size = needed
+    return None
+
+
+def resource_attributes(first: dict, environ=os.environ) -> dict:
+    """The attributes the library adds to the SDK's resource (the Note)."""
+    attributes = {
+        "host.name": socket.gethostname(),
+        "process.pid": os.getpid(),
+        "autograd_device_logging.job": first["job"],
+    }
+    named = "service.name=" in environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    if not environ.get("OTEL_SERVICE_NAME") and not named:
+        attributes["service.name"] = os.path.basename(first["program"]) or first["program"]
+    if environ.get("KUBERNETES_JOB_NAME"):
+        attributes["k8s.job.name"] = environ["KUBERNETES_JOB_NAME"]
+    if environ.get("SLURM_JOB_ID"):
+        attributes["autograd_device_logging.slurm.job_id"] = environ["SLURM_JOB_ID"]
+    return attributes
+
+
+class Exporter:
+    """One process's OTLP export (the Note)."""
+
+    def __init__(self, lib, sdk):
+        self._lib = lib
+        self._sdk = sdk
+        self._lock = threading.Lock()
+        self._warned = False
+        self._samples = []
+        first = record(lib) or {"job": "", "program": ""}
+        self._reader = sdk.InMemoryMetricReader()
+        provider = sdk.MeterProvider(
+            resource=sdk.Resource.create(resource_attributes(first)),
+            metric_readers=[self._reader],
+        )
+        meter = provider.get_meter("autograd_device_logging")
+        for family in FAMILIES:
+            make = (
+                meter.create_observable_counter
+                if family.type == "counter"
+                else meter.create_observable_gauge
+            )
+            make(
+                family.otlp_name,
+                callbacks=[self._observer(family)],
+                unit=family.unit,
+                description=family.help,
+            )
+        self._exporter = sdk.OTLPMetricExporter(timeout=EXPORT_BOUND_S)
+
+    def _observer(self, family):
+        def observe(options):
+            return [
+                self._sdk.Observation(s.value, s.labels)
+                for s in self._samples
+                if s.family is family
+            ]
+
+        return observe
+
+    def export(self) -> bool:
+        """Exports the counts as they stand; False (after one warning per
+        process) when the endpoint does not take them."""
+        with self._lock:
+            current = record(self._lib)
+            if current is None:
+                return False
+            self._samples = process_samples(current, with_job=False)
+            data = self._reader.get_metrics_data()
+            try:
+                result = self._exporter.export(data, timeout_millis=EXPORT_BOUND_S * 1000)
+                ok = result == self._sdk.SUCCESS
+                cause = "the endpoint did not take them"
+            except Exception as e:  # the exporter's transport, whatever it raises
+                ok, cause = False, f"{type(e).__name__}: {e}"
+            if not ok and not self._warned:
+                self._warned = True
+                endpoint = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get(
+                    "OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318"
+                )
+                _user_warning.warn(
+                    f"could not push this process's counts over OTLP to {endpoint} ({cause}); "
+                    "the record and the Prometheus textfile are not affected"
+                )
+            return ok
+
+    def follow(self) -> None:
+        """Exports after each write of the record, for the life of the
+        process (a daemon thread)."""
+        seen = 0
+        while True:
+            served = self._lib.autograd_device_logging_wait_for_record_write(seen, 60_000)
+            if served != seen:
+                seen = served
+                self.export()
+
+    def at_exit(self) -> None:
+        """The last export, bounded by EXPORT_BOUND_S."""
+        thread = threading.Thread(target=self.export, name=THREAD_PREFIX + "_exit", daemon=True)
+        thread.start()
+        thread.join(EXPORT_BOUND_S)
+
+
+class _Sdk:
+    """The parts of the OpenTelemetry SDK this module uses, imported at once
+    (ImportError where the extra is not installed)."""
+
+    def __init__(self):
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.metrics import Observation
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExportResult
+        from opentelemetry.sdk.resources import Resource
+
+        self.OTLPMetricExporter = OTLPMetricExporter
+        self.Observation = Observation
+        self.MeterProvider = MeterProvider
+        self.InMemoryMetricReader = InMemoryMetricReader
+        self.Resource = Resource
+        self.SUCCESS = MetricExportResult.SUCCESS
+
+
+def start(lib) -> Optional[Exporter]:
+    """Starts the export for this process (the Note); None, after one
+    warning, when the SDK is not installed."""
+    try:
+        sdk = _Sdk()
+    except ImportError as e:
+        _user_warning.warn(
+            f"{ENV}=1 needs the OpenTelemetry SDK and its OTLP exporter ({e}): {INSTALL}"
+        )
+        return None
+    for name in list(logging.Logger.manager.loggerDict):
+        if name.startswith("opentelemetry"):
+            logging.getLogger(name).addFilter(_FromOurThreads())
+    exporter = Exporter(lib, sdk)
+    # Has the write points served from now on, before any pass can reach one.
+    lib.autograd_device_logging_wait_for_record_write(0, 0)
+    threading.Thread(target=exporter.follow, name=THREAD_PREFIX, daemon=True).start()
+    atexit.register(exporter.at_exit)
+    return exporter
