@@ -12,6 +12,10 @@ timing STEPS steps after its warm-up:
 - stock / switch: torch alone, multithreaded, or with
   torch.autograd.set_multithreading_enabled(False) for the whole process (the
   truth the estimate is held to: their medians over processes);
+- switch after multithreaded steps: a process that runs 100 steps
+  multithreaded, then turns multithreading off for good and times only the
+  steps after that: the switch, in a process whose device thread has run
+  passes;
 - blocks: one process, torch alone, that alternates blocks of BLOCK steps
   multithreaded and BLOCK steps with multithreading off, and gives the
   difference of its two medians: the switch's effect with the process held
@@ -46,8 +50,41 @@ WASHOUTS = (1, 16)
 BLOCK = 25
 
 
+AFTER = "switch after multithreaded steps"
+# Multithreaded steps before the switch, in AFTER.
+MULTITHREADED_FIRST = 100
+
+
 def modes():
-    return ["stock", "switch", "blocks"] + [f"estimate, washout {w}" for w in WASHOUTS]
+    return ["stock", "switch", AFTER, "blocks"] + [f"estimate, washout {w}" for w in WASHOUTS]
+
+
+def after_child(args):
+    """One process that runs multithreaded first, then switches off for good
+    and times only what follows: does a process whose device thread has run
+    passes get the switch's whole gain?"""
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import calling_thread
+
+    import torch
+
+    model, x, loss_of = calling_thread.build(MODEL, "cuda:0")
+    backward = []
+    first = args.warmup + MULTITHREADED_FIRST
+    for i in range(first + args.warmup + args.steps):
+        torch.autograd.set_multithreading_enabled(i < first)
+        for p in model.parameters():
+            p.grad = None
+        loss = loss_of(model(x))
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        loss.backward()
+        torch.cuda.synchronize()
+        if i >= first + args.warmup:
+            backward.append((time.perf_counter() - t1) * 1e3)
+    print("RESULT " + json.dumps({"backward_ms": statistics.median(backward)}))
+    sys.stdout.flush()
+    os._exit(0)  # Note [Children skip interpreter finalization]
 
 
 def blocks_child(args):
@@ -112,6 +149,8 @@ def run(args):
             steps = ["--steps", str(args.steps)]
             if mode == "blocks":
                 command = [sys.executable, __file__, "child"] + steps
+            elif mode == AFTER:
+                command = [sys.executable, __file__, "child", "--after"] + steps
             elif mode.startswith("estimate"):
                 env["PYTHONPATH"] = package + os.pathsep + env.get("PYTHONPATH", "")
                 env["AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING"] = "1"
@@ -149,6 +188,13 @@ def write(args):
             "switch: whole processes, multithreading off, against stock's median",
             statistics.median(r["backward_ms"] for r in by["switch"]) / stock * 100 - 100,
             switch,
+            "",
+        ),
+        (
+            f"switch after {MULTITHREADED_FIRST} multithreaded steps: whole processes that "
+            "ran multithreaded first, against stock's median",
+            statistics.median(r["backward_ms"] for r in by[AFTER]) / stock * 100 - 100,
+            [(r["backward_ms"] / stock - 1) * 100 for r in by[AFTER]],
             "",
         ),
         (
@@ -200,6 +246,7 @@ def main():
     one = sub.add_parser("child")
     one.add_argument("--steps", type=int, default=400)
     one.add_argument("--warmup", type=int, default=30)
+    one.add_argument("--after", action="store_true", help="the switch after multithreaded steps")
     many = sub.add_parser("run")
     many.add_argument("--processes", type=int, default=5)
     many.add_argument("--steps", type=int, default=400)
@@ -208,7 +255,10 @@ def main():
     out.add_argument("results")
     out.add_argument("--output", default=os.path.join(REPO, "docs", "threading-cost.md"))
     args = parser.parse_args()
-    {"child": blocks_child, "run": run, "write": write}[args.command](args)
+    if args.command == "child":
+        (after_child if args.after else blocks_child)(args)
+    else:
+        {"run": run, "write": write}[args.command](args)
 
 
 if __name__ == "__main__":
