@@ -42,7 +42,12 @@ def build_library(default_dir: str, cmake_args: str) -> str:
 def commit() -> str:
     """The checkout's commit, short, and whether tracked files outside docs/
     differ from it: what a generated section says it ran on (the sections
-    already written into docs/ change nothing that runs)."""
+    already written into docs/ change nothing that runs).
+    $AUTOGRAD_DEVICE_LOGGING_COMMIT names it instead, for a copy of the
+    working tree whose git metadata is not the tree's (a run on another
+    machine over a copy of the checkout)."""
+    if os.environ.get("AUTOGRAD_DEVICE_LOGGING_COMMIT"):
+        return os.environ["AUTOGRAD_DEVICE_LOGGING_COMMIT"]
     out = subprocess.run(
         ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     )

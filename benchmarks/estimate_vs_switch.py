@@ -3,7 +3,7 @@ does, on the launch-bound MLP: which of the differences between the two come
 from the method (alternating pairs, washout) and which from the process.
 
     python3 benchmarks/estimate_vs_switch.py run --out estimate.json
-    python3 benchmarks/estimate_vs_switch.py write estimate.json [--output docs/threading-cost.md]
+    python3 benchmarks/estimate_vs_switch.py write run1.json run2.json ... [--output docs/threading-cost.md]
 
 Runs on a machine with NVIDIA GPUs. In rounds whose order rotates, fresh
 processes of the launch-bound MLP (benchmarks/calling_thread.py's mlp48), each
@@ -172,68 +172,77 @@ def run(args):
             os.replace(args.out + ".tmp", args.out)
 
 
-def write(args):
-    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-    import doc_sections
-
-    with open(args.results) as f:
-        part = json.load(f)
-    meta, by = part["meta"], {}
+def rows_of(part):
+    """(method, median, per-process values, pairs per process) of one run."""
+    by = {}
     for r in part["results"]:
         by.setdefault(r["mode"], []).append(r)
     stock = statistics.median(r["backward_ms"] for r in by["stock"])
-    switch = [(r["backward_ms"] / stock - 1) * 100 for r in by["switch"]]
-    rows = [
-        (
-            "switch: whole processes, multithreading off, against stock's median",
-            statistics.median(r["backward_ms"] for r in by["switch"]) / stock * 100 - 100,
-            switch,
-            "",
-        ),
-        (
-            f"switch after {MULTITHREADED_FIRST} multithreaded steps: whole processes that "
-            "ran multithreaded first, against stock's median",
-            statistics.median(r["backward_ms"] for r in by[AFTER]) / stock * 100 - 100,
-            [(r["backward_ms"] / stock - 1) * 100 for r in by[AFTER]],
-            "",
-        ),
+    rows = []
+    for mode, name in (
+        ("switch", "switch: whole processes, multithreading off"),
+        (AFTER, f"switch after {MULTITHREADED_FIRST} multithreaded steps"),
+    ):
+        values = [(r["backward_ms"] / stock - 1) * 100 for r in by.get(mode, [])]
+        median = statistics.median(r["backward_ms"] for r in by[mode]) / stock * 100 - 100
+        rows.append((name + ", against stock's median", median, values, ""))
+    values = [r["percent"] for r in by["blocks"]]
+    rows.append(
         (
             f"blocks: one process, {BLOCK} steps in each mode in turn",
-            statistics.median(r["percent"] for r in by["blocks"]),
-            [r["percent"] for r in by["blocks"]],
+            statistics.median(values),
+            values,
             "",
-        ),
-    ]
+        )
+    )
     for w in WASHOUTS:
         got = by.get(f"estimate, washout {w}", [])
         values = [r["estimate_percent"] for r in got if r["estimate_percent"] is not None]
         rows.append(
             (
                 f"in-job estimate, washout {w}" + (" (the default)" if w == 1 else ""),
-                statistics.median(values) if values else float("nan"),
+                statistics.median(values),
                 values,
                 ", ".join(str(r["pairs"]) for r in got),
             )
         )
+    return rows
+
+
+def write(args):
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import doc_sections
+
+    parts = []
+    for path in args.results:
+        with open(path) as f:
+            parts.append(json.load(f))
+    meta = parts[0]["meta"]
     lines = [
         f"<!-- {MARKER} -->",
         "## The in-job estimate beside the whole-process switch, and what moves them",
         "",
-        f"Written by `python3 benchmarks/estimate_vs_switch.py write` from a run on "
-        f"{meta['date']}, commit {meta['commit']}, on a machine with NVIDIA GPUs "
+        "Written by `python3 benchmarks/estimate_vs_switch.py write` from "
+        f"{len(parts)} runs, each on a fresh start of a machine with NVIDIA GPUs "
         f"({meta['gpu']}, {meta['cpus']} CPUs, {meta['machine']}), torch {meta['torch']}: "
-        f"the launch-bound MLP (48 Linear(256)+GELU, batch 64), {meta['processes']} fresh "
-        f"processes per method in rounds whose order rotates, {meta['steps']} timed steps "
-        "each. Single-threaded backward against multithreaded, in percent of the "
+        + "; ".join(
+            f"run {i + 1} on {p['meta']['date']}, commit {p['meta']['commit']}"
+            for i, p in enumerate(parts)
+        )
+        + f". The launch-bound MLP (48 Linear(256)+GELU, batch 64), {meta['processes']} fresh "
+        f"processes per method and run in rounds whose order rotates, {meta['steps']} timed "
+        "steps each. Single-threaded backward against multithreaded, in percent of the "
         "multithreaded backward time; negative: faster single-threaded.",
         "",
-        "| method | median | per process | pairs per process |",
-        "| --- | ---: | --- | --- |",
+        "| run | method | median | per process | pairs per process |",
+        "| --- | --- | ---: | --- | --- |",
     ]
-    for name, median, values, pairs in rows:
-        lines.append(
-            f"| {name} | {median:+.1f}% | {', '.join(f'{v:+.1f}%' for v in values)} | {pairs} |"
-        )
+    for i, part in enumerate(parts):
+        for name, median, values, pairs in rows_of(part):
+            lines.append(
+                f"| {i + 1} | {name} | {median:+.1f}% | "
+                f"{', '.join(f'{v:+.1f}%' for v in values)} | {pairs} |"
+            )
     lines += [f"<!-- /{MARKER} -->", ""]
     section = "\n".join(lines)
     doc_sections.replace_section(args.output, MARKER, section)
@@ -252,7 +261,7 @@ def main():
     many.add_argument("--steps", type=int, default=400)
     many.add_argument("--out", required=True)
     out = sub.add_parser("write")
-    out.add_argument("results")
+    out.add_argument("results", nargs="+", help="one JSON per run (machine start)")
     out.add_argument("--output", default=os.path.join(REPO, "docs", "threading-cost.md"))
     args = parser.parse_args()
     if args.command == "child":
