@@ -250,8 +250,13 @@ class TestPrometheusTextfile(TestCase):
         self.assertEqual([n.split("-")[2] for n in names], ["rank0", "rank1"])
         # A DataLoader worker inherits RANK and runs no pass: it writes none,
         # so it never replaces its rank's counts.
+        with open(os.path.join(self.dir, names[0])) as f:
+            rank0 = f.read()
+        self.assertIn('state="active"', rank0)
         self.run_child(NO_BACKWARD, AUTOGRAD_DEVICE_LOGGING_JOB="j", RANK="0")
         self.assertEqual(self.prom_files(), names)
+        with open(os.path.join(self.dir, names[0])) as f:
+            self.assertEqual(f.read(), rank0)
         served = self.scrape(self.dir)
         self.assertEqual(served["node_textfile_scrape_error"], {frozenset(): 0.0})
         self.assertEqual(len(served["autograd_device_logging_info"]), 2)
