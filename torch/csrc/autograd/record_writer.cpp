@@ -140,6 +140,18 @@ bool ensure_running(Writer& w) noexcept {
   return true;
 }
 
+// CLOCK_MONOTONIC's time `limit` from now, for pthread_cond_timedwait on
+// Writer::done.
+timespec deadline_after(std::chrono::milliseconds limit) noexcept {
+  timespec deadline{};
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  const auto ns = deadline.tv_nsec +
+      std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
+  deadline.tv_sec += static_cast<time_t>(ns / 1000000000);
+  deadline.tv_nsec = static_cast<long>(ns % 1000000000);
+  return deadline;
+}
+
 uint64_t post(Writer& w, RecordOccasion occasion) noexcept {
   w.pending.fetch_or(occasion, std::memory_order_acq_rel);
   const uint64_t ticket =
@@ -187,12 +199,7 @@ RecordWait write_record_and_wait(
     return RecordWait::kFailed;
   }
   const uint64_t ticket = post(w, occasion);
-  timespec deadline{};
-  clock_gettime(CLOCK_MONOTONIC, &deadline);
-  const auto ns = deadline.tv_nsec +
-      std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
-  deadline.tv_sec += static_cast<time_t>(ns / 1000000000);
-  deadline.tv_nsec = static_cast<long>(ns % 1000000000);
+  const timespec deadline = deadline_after(limit);
   pthread_mutex_lock(&w.mutex);
   while (w.completed < ticket) {
     if (pthread_cond_timedwait(&w.done, &w.mutex, &deadline) == ETIMEDOUT) {
@@ -210,12 +217,7 @@ uint64_t wait_for_record_write(
     uint64_t seen,
     std::chrono::milliseconds limit) noexcept {
   Writer& w = writer();
-  timespec deadline{};
-  clock_gettime(CLOCK_MONOTONIC, &deadline);
-  const auto ns = deadline.tv_nsec +
-      std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
-  deadline.tv_sec += static_cast<time_t>(ns / 1000000000);
-  deadline.tv_nsec = static_cast<long>(ns % 1000000000);
+  const timespec deadline = deadline_after(limit);
   pthread_mutex_lock(&w.mutex);
   while (w.completed <= seen) {
     if (pthread_cond_timedwait(&w.done, &w.mutex, &deadline) == ETIMEDOUT) {
