@@ -124,7 +124,7 @@ def run_child(args, env_extra=None, with_package=True, stdin_code=None):
 # main thread was in Py_FinalizeEx. Children therefore flush and leave with
 # os._exit, so that a test's verdict is about the backward passes, not that
 # race; a child that must exit normally first waits until every device
-# thread is idle (DEVICE_THREADS_IDLE in test_process_record.py).
+# thread is idle (DEVICE_THREADS_IDLE below).
 EXIT_NOW = (
     "\nimport os as _os, sys as _sys\n_sys.stdout.flush(); _sys.stderr.flush(); _os._exit(0)\n"
 )
@@ -164,6 +164,56 @@ import jsonschema
 import torch
 {IMPORT_TEST_ACCELERATOR}
 d0, d1 = autograd_test_accelerator.load()
+"""
+
+
+# The last lines of a child that must exit normally (for the library's exit
+# write, or Python's atexit): they wait until torch's autograd device threads
+# are idle, parked on their queues' futex (Note [Children skip interpreter
+# finalization]).
+DEVICE_THREADS_IDLE = """
+import os as _os, platform as _platform, time as _time
+from torch.torch_version import TorchVersion as _TorchVersion
+_FUTEX = {"x86_64": 202, "aarch64": 98}.get(_platform.machine())
+def _syscall_of(tid):
+    try:
+        with open(f"/proc/self/task/{tid}/syscall") as f:
+            return f.read().split()
+    except OSError:
+        return None
+_see_syscalls = _FUTEX is not None and _syscall_of(_os.getpid()) is not None
+def _device_threads():
+    found = {}
+    for tid in _os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                found[f.read().strip()] = tid
+        except OSError:
+            pass
+    return found
+def _waits_for_work(tid):
+    if not _see_syscalls:
+        return True
+    fields = _syscall_of(tid)
+    return (
+        fields is not None
+        and len(fields) > 4
+        and fields[0] == str(_FUTEX)
+        and int(fields[2], 16) & 0x7F == 9
+        and int(fields[4], 16) == 0
+    )
+_wanted = {f"pt_autograd_{i}" for i in range(max(2, torch.cuda.device_count()))}
+if _TorchVersion(torch.__version__) < "2.3":
+    _wanted = set()
+_deadline = _time.monotonic() + 30
+_idle_readings = 0
+while _idle_readings < 3 and _time.monotonic() < _deadline:
+    _threads = _device_threads()
+    if _wanted <= set(_threads) and all(_waits_for_work(_threads[n]) for n in _wanted):
+        _idle_readings += 1
+    else:
+        _idle_readings = 0
+    _time.sleep(0.01)
 """
 
 

@@ -15,6 +15,7 @@ import time
 
 from common_device_logging import (
     ACCELERATOR_LIBRARY,
+    DEVICE_THREADS_IDLE,
     LIBRARY,
     WITH_TEST_ACCELERATOR,
     child_env,
@@ -123,7 +124,11 @@ class TestOtlpExport(TestCase):
         base.update(env)
         start = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-c", code], env=base, capture_output=True, text=True, timeout=300
+            [sys.executable, "-c", code + DEVICE_THREADS_IDLE],
+            env=base,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         proc.took = time.monotonic() - start
         self.assertEqual(proc.returncode, 0, proc.stderr)

@@ -23,6 +23,7 @@ import unittest
 from common_device_logging import (
     ACCELERATOR_LIBRARY,
     BUILD_DIR,
+    DEVICE_THREADS_IDLE,
     LIBRARY,
     RECORD_ON_DISK_WITHIN_S,
     RECORD_WRITE_WAIT_LIMIT_S,
@@ -55,50 +56,6 @@ STALL_FSYNC_LIBRARY = os.path.join(BUILD_DIR, "test", "libadl_test_stall_fsync.s
 # on at once (its exit status, which the tests check, shows the race if it
 # hits). Where /proc shows no syscall (another architecture, a sandbox), the
 # names alone are waited for.
-DEVICE_THREADS_IDLE = """
-import os as _os, platform as _platform, time as _time
-from torch.torch_version import TorchVersion as _TorchVersion
-_FUTEX = {"x86_64": 202, "aarch64": 98}.get(_platform.machine())
-def _syscall_of(tid):
-    try:
-        with open(f"/proc/self/task/{tid}/syscall") as f:
-            return f.read().split()
-    except OSError:
-        return None
-_see_syscalls = _FUTEX is not None and _syscall_of(_os.getpid()) is not None
-def _device_threads():
-    found = {}
-    for tid in _os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                found[f.read().strip()] = tid
-        except OSError:
-            pass
-    return found
-def _waits_for_work(tid):
-    if not _see_syscalls:
-        return True
-    fields = _syscall_of(tid)
-    return (
-        fields is not None
-        and len(fields) > 4
-        and fields[0] == str(_FUTEX)
-        and int(fields[2], 16) & 0x7F == 9
-        and int(fields[4], 16) == 0
-    )
-_wanted = {f"pt_autograd_{i}" for i in range(max(2, torch.cuda.device_count()))}
-if _TorchVersion(torch.__version__) < "2.3":
-    _wanted = set()
-_deadline = _time.monotonic() + 30
-_idle_readings = 0
-while _idle_readings < 3 and _time.monotonic() < _deadline:
-    _threads = _device_threads()
-    if _wanted <= set(_threads) and all(_waits_for_work(_threads[n]) for n in _wanted):
-        _idle_readings += 1
-    else:
-        _idle_readings = 0
-    _time.sleep(0.01)
-"""
 # Three passes that reach the record's milestones: the first pass, then each
 # event raised for the first time; prints how long they took,
 # then waits for the device threads to go idle (the child may end normally).

@@ -21,6 +21,7 @@ import urllib.request
 from common_device_logging import (
     ACCELERATOR_LIBRARY,
     BUILD_DIR,
+    DEVICE_THREADS_IDLE,
     LIBRARY,
     RECORD_WRITE_WAIT_LIMIT_S,
     WITH_TEST_ACCELERATOR,
@@ -82,7 +83,7 @@ class TestPrometheusTextfile(TestCase):
             base.pop(name, None)
         base.update(env)
         proc = subprocess.run(
-            [sys.executable, "-c", code],
+            [sys.executable, "-c", code + DEVICE_THREADS_IDLE],
             env=base,
             capture_output=True,
             text=True,
@@ -417,7 +418,7 @@ class TestFleetPrometheus(TestCase):
                     else "(torch.ones(2, requires_grad=True) * 2).sum().backward()\n"
                 )
                 proc = subprocess.run(
-                    [sys.executable, "-c", code],
+                    [sys.executable, "-c", code + DEVICE_THREADS_IDLE],
                     env=env,
                     capture_output=True,
                     text=True,
