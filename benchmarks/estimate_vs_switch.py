@@ -59,17 +59,45 @@ def modes():
     return ["stock", "switch", AFTER, "blocks"] + [f"estimate, washout {w}" for w in WASHOUTS]
 
 
-def timed_steps(count, multithreaded_at):
-    """Builds the model and runs `count` steps, step i with multithreading as
-    multithreaded_at(i) says; yields (i, multithreaded, backward ms)."""
+def after_child(args):
+    """One process that runs multithreaded first, then switches off for good
+    and times only what follows: does a process whose device thread has run
+    passes get the switch's whole gain?"""
     sys.path.insert(0, os.path.join(REPO, "benchmarks"))
     import calling_thread
 
     import torch
 
     model, x, loss_of = calling_thread.build(MODEL, "cuda:0")
-    for i in range(count):
-        multithreaded = multithreaded_at(i)
+    backward = []
+    first = args.warmup + MULTITHREADED_FIRST
+    for i in range(first + args.warmup + args.steps):
+        torch.autograd.set_multithreading_enabled(i < first)
+        for p in model.parameters():
+            p.grad = None
+        loss = loss_of(model(x))
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        loss.backward()
+        torch.cuda.synchronize()
+        if i >= first + args.warmup:
+            backward.append((time.perf_counter() - t1) * 1e3)
+    print("RESULT " + json.dumps({"backward_ms": statistics.median(backward)}))
+    sys.stdout.flush()
+    os._exit(0)  # Note [Children skip interpreter finalization]
+
+
+def blocks_child(args):
+    """One process that alternates the two modes in blocks; one JSON line."""
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import calling_thread
+
+    import torch
+
+    model, x, loss_of = calling_thread.build(MODEL, "cuda:0")
+    times = {True: [], False: []}
+    for i in range(args.warmup + args.steps):
+        multithreaded = (i // BLOCK) % 2 == 0
         torch.autograd.set_multithreading_enabled(multithreaded)
         for p in model.parameters():
             p.grad = None
@@ -78,35 +106,14 @@ def timed_steps(count, multithreaded_at):
         t1 = time.perf_counter()
         loss.backward()
         torch.cuda.synchronize()
-        yield i, multithreaded, (time.perf_counter() - t1) * 1e3
-
-
-def report(result):
-    print("RESULT " + json.dumps(result))
-    sys.stdout.flush()
-    os._exit(0)  # Note [Children skip interpreter finalization]
-
-
-def after_child(args):
-    """One process that runs multithreaded first, then switches off for good
-    and times only what follows: does a process whose device thread has run
-    passes get the switch's whole gain?"""
-    first = args.warmup + MULTITHREADED_FIRST
-    steps = timed_steps(first + args.warmup + args.steps, lambda i: i < first)
-    backward = [ms for i, _, ms in steps if i >= first + args.warmup]
-    report({"backward_ms": statistics.median(backward)})
-
-
-def blocks_child(args):
-    """One process that alternates the two modes in blocks; one JSON line."""
-    times = {True: [], False: []}
-    steps = timed_steps(args.warmup + args.steps, lambda i: (i // BLOCK) % 2 == 0)
-    for i, multithreaded, ms in steps:
+        t2 = time.perf_counter()
         # The first pass of each block is its washout.
         if i >= args.warmup and i % BLOCK != 0:
-            times[multithreaded].append(ms)
+            times[multithreaded].append((t2 - t1) * 1e3)
     on, off = statistics.median(times[True]), statistics.median(times[False])
-    report({"percent": (off - on) / on * 100, "on_ms": on, "off_ms": off})
+    print("RESULT " + json.dumps({"percent": (off - on) / on * 100, "on_ms": on, "off_ms": off}))
+    sys.stdout.flush()
+    os._exit(0)  # Note [Children skip interpreter finalization]
 
 
 def run(args):
