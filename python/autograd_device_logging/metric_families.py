@@ -142,7 +142,7 @@ def fleet_samples(report: dict, all_jobs: str) -> List[Sample]:
     per job (`all_jobs`, the report's total row, is left out: PromQL sums).
     The fleet holds no per-pass durations, so the two seconds families are
     the textfile's alone."""
-    short = {name: short for name, short in _record_fields().EVENTS.items()}
+    short = _record_fields().EVENTS  # the report's short name of each event
     samples: List[Sample] = []
     for job, summary in report["jobs"].items():
         if job == all_jobs:

@@ -198,17 +198,6 @@ void follow_record_writes() noexcept {
   }
 }
 
-void start_recording_threading_cost(
-    double rate,
-    uint64_t warmup,
-    uint64_t max_pairs,
-    uint64_t washout,
-    int64_t calling_thread,
-    int intra_op_threads) noexcept {
-  start_keeping_threading_cost(
-      rate, warmup, max_pairs, washout, calling_thread, intra_op_threads);
-}
-
 int record_measured_pair(
     int device_class,
     uint64_t off_ns,
@@ -221,13 +210,6 @@ int record_measured_pair(
   }
   request_record_write(kRecordAtMeasurement);
   return 1;
-}
-
-int record_measurement_count(
-    MeasurementCount which,
-    const char* reason,
-    uint64_t count) noexcept {
-  return keep_measurement_count(which, reason, count) ? 0 : -1;
 }
 
 bool write_outputs_on_the_writer_thread(const char* occasion) noexcept {

@@ -74,21 +74,13 @@ void arm_prometheus_textfile_from_environment() noexcept;
 // The start also names the calling thread (its kernel thread id; 0 when
 // unknown) and the intra-op thread count (-1 when unknown), for the record's
 // placement (Note [Where the measured threads ran], thread_placement.h).
-void start_recording_threading_cost(
-    double rate,
-    uint64_t warmup,
-    uint64_t max_pairs,
-    uint64_t washout,
-    int64_t calling_thread,
-    int intra_op_threads) noexcept;
+// The start and the counts only keep what they are given
+// (start_recording_threading_cost and record_measurement_count,
+// process_snapshot.h); a pair also asks for a write, here.
 int record_measured_pair(
     int device_class,
     uint64_t off_ns,
     uint64_t on_ns) noexcept;
-int record_measurement_count(
-    MeasurementCount which,
-    const char* reason,
-    uint64_t count) noexcept;
 
 // The job's name as the record gives it (Note [Which job a process belongs
 // to], process_identity.cpp), into `out` (truncated to `size` bytes, NUL

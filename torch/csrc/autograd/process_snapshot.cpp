@@ -113,7 +113,7 @@ void set_record_activation(const char* how) noexcept {
   }
 }
 
-void start_keeping_threading_cost(
+void start_recording_threading_cost(
     double rate,
     uint64_t warmup,
     uint64_t max_pairs,
@@ -162,25 +162,25 @@ bool keep_measured_pair(
   }
 }
 
-bool keep_measurement_count(
+int record_measurement_count(
     MeasurementCount which,
     const char* reason,
     uint64_t count) noexcept {
   if (reason == nullptr || count > uint64_t{INT64_MAX}) {
-    return false;
+    return -1;
   }
   try {
     std::lock_guard<std::mutex> lock(kept().mutex);
     KeptThreadingCost& cost = kept().threading_cost;
     if (!cost.measuring) {
-      return false;
+      return -1;
     }
     (which == MeasurementCount::kNotSampled ? cost.found.not_sampled
                                             : cost.found.discarded)[reason] =
         count;
-    return true;
+    return 0;
   } catch (...) {
-    return false;
+    return -1;
   }
 }
 

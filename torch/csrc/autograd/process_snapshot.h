@@ -91,10 +91,11 @@ struct ProcessSnapshot {
 void set_record_program(const char* program) noexcept;
 void set_record_activation(const char* how) noexcept;
 
-// The threading-cost measurement's findings (process_record.h says what the
-// public calls that wrap these promise). keep_measured_pair is false when
-// nothing was kept.
-void start_keeping_threading_cost(
+// The threading-cost measurement's findings, as process_record.h's
+// record_measured_pair describes them; keep_measured_pair (which that call
+// wraps) is false when nothing was kept, record_measurement_count 0, or -1
+// when nothing was kept.
+void start_recording_threading_cost(
     double rate,
     uint64_t warmup,
     uint64_t max_pairs,
@@ -106,7 +107,7 @@ bool keep_measured_pair(
     uint64_t off_ns,
     uint64_t on_ns) noexcept;
 enum class MeasurementCount : int { kNotSampled = 0, kDiscarded = 1 };
-bool keep_measurement_count(
+int record_measurement_count(
     MeasurementCount which,
     const char* reason,
     uint64_t count) noexcept;
