@@ -152,6 +152,20 @@ def callers_own_setting_off():
     finally:
         lib.autograd_device_logging_set_multithreading_enabled(before)
 
+def two_devices_inside_a_hook(p):
+    # A two-device pass started from a hook of a single-device pass: the
+    # outer pass's node is on the calling thread, the inner pass is not.
+    a = data(d0)[1]
+    inner = []
+    def hook(g):
+        with torch.enable_grad():
+            inner.append(two_devices(p))
+        return g
+    b = a * 2
+    b.register_hook(hook)
+    b.sum().backward()
+    return inner + bits(a.grad)
+
 out = {}
 for name, run in [
     ("single_device", single_device),
@@ -248,6 +262,274 @@ class TestCallingThread(TestCase):
     def test_status_says_so(self):
         self.assertTrue(self.opt_in["status"])
         self.assertFalse(self.stock["status"])
+
+
+# The mechanism, pass by pass, in one fresh process per mode (Note [The
+# calling thread from the root]): for each way backward is started, which
+# thread ran the pass's first node (a pre-hook on it) and its last (a hook on
+# the leaf), how often the calling thread slept during backward (its
+# voluntary context switches, /proc/thread-self/status), what
+# is_multithreading_enabled() read inside a hook and after the pass, and the
+# gradients' exact bits.
+MODES = {
+    "stock": ({}, False),
+    "opt-in": (ON, False),
+    # torch.autograd.set_multithreading_enabled(False), the whole-process
+    # switch the opt-in is held to.
+    "switch": ({}, True),
+}
+PASSES = 30
+
+MECHANISM = """
+import threading, json
+from torch.utils.checkpoint import checkpoint
+
+if SWITCH:
+    torch.autograd.set_multithreading_enabled(False)
+caller = threading.get_ident()
+
+def sleeps():
+    with open("/proc/thread-self/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+
+def bits(*ts):
+    return [[float.hex(v) for v in t.detach().cpu().double().flatten().tolist()] for t in ts]
+
+def data(device):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 5, generator=g, dtype=torch.float64)
+    w1 = torch.randn(5, 5, generator=g, dtype=torch.float64)
+    w2 = torch.randn(5, 3, generator=g, dtype=torch.float64)
+    return x.to(device), w1.to(device).requires_grad_(), w2.to(device).requires_grad_()
+
+class Pass:
+    # What one pass saw: which threads ran its watched nodes, and what
+    # is_multithreading_enabled() read inside their hooks.
+    def __init__(self):
+        self.first, self.last, self.mode_in_hooks = [], [], []
+    def hook(self, into):
+        def record(*args):
+            into.append(threading.get_ident() == caller)
+            self.mode_in_hooks.append(torch.autograd.is_multithreading_enabled())
+        return record
+    def watch_first(self, t):
+        # A hook on the output that the pass starts from runs in the pre-hook
+        # of its grad_fn, the pass's root node, on the thread that runs it.
+        t.register_hook(self.hook(self.first))
+        return t
+    def watch_last(self, t):
+        t.register_hook(self.hook(self.last))
+        return t
+
+def mlp(p, device, block=None):
+    x, w1, w2 = data(device)
+    p.watch_last(w1)
+    h = torch.tanh(x @ w1)
+    if block is not None:
+        h = block(h)
+    return p.watch_first((h @ w2).pow(2).sum()), (w1, w2)
+
+def loss_backward(p):
+    loss, ws = mlp(p, d0)
+    loss.backward()
+    return bits(*(w.grad for w in ws))
+
+def autograd_backward_of_two_roots(p):
+    x, w1, w2 = data(d0)
+    p.watch_last(w1)
+    h = torch.tanh(x @ w1)
+    a = p.watch_first((h @ w2).sum())
+    b = (h * h).sum()
+    torch.autograd.backward([a, b])
+    return bits(w1.grad, w2.grad)
+
+def autograd_grad(p):
+    x, w1, w2 = data(d0)
+    h = p.watch_last(torch.tanh(x @ w1))
+    loss = p.watch_first((h @ w2).pow(2).sum())
+    return bits(*torch.autograd.grad(loss, [w1, w2]))
+
+def create_graph(p):
+    x, w1, w2 = data(d0)
+    h = p.watch_last(torch.tanh(x @ w1))
+    loss = p.watch_first((h @ w2).pow(2).sum())
+    (g1,) = torch.autograd.grad(loss, [w1], create_graph=True)
+    g1.pow(2).sum().backward()
+    return bits(g1, w1.grad, w2.grad)
+
+def checkpointed(reentrant):
+    def run(p):
+        block = lambda h: checkpoint(lambda t: torch.sin(t) * t, h, use_reentrant=reentrant)
+        loss, ws = mlp(p, d0, block)
+        loss.backward()
+        return bits(*(w.grad for w in ws))
+    return run
+
+def error_in_backward(p):
+    x, w1, w2 = data(d0)
+    p.watch_last(w1)
+    h = torch.tanh(x @ w1)
+    def fail(g):
+        raise ValueError("raised in a backward hook")
+    h.register_hook(fail)
+    try:
+        p.watch_first((h @ w2).pow(2).sum()).backward()
+    except ValueError as e:
+        return [str(e)]
+    return ["no error"]
+
+def two_devices(p):
+    x, w1, w2 = data(d0)
+    p.watch_last(w1)
+    h = torch.tanh(x @ w1).to(d1)
+    p.watch_first((h @ w2.to(d1)).pow(2).sum()).backward()
+    return bits(w1.grad, w2.grad)
+
+def device_and_cpu(p):
+    x, w1, w2 = data("cpu")
+    p.watch_last(w1)
+    h = torch.tanh(x @ w1).to(d0)
+    p.watch_first((h @ w2.to(d0)).pow(2).sum()).backward()
+    return bits(w1.grad, w2.grad)
+
+def two_devices_inside_a_hook(p):
+    # A two-device pass started from a hook of a single-device pass: the
+    # outer pass's node is on the calling thread, the inner pass is not.
+    a = data(d0)[1]
+    inner = []
+    def hook(g):
+        with torch.enable_grad():
+            inner.append(two_devices(p))
+        return g
+    b = a * 2
+    b.register_hook(hook)
+    b.sum().backward()
+    return inner + bits(a.grad)
+
+out = {}
+for name, run in [
+    ("loss_backward", loss_backward),
+    ("autograd_backward_of_two_roots", autograd_backward_of_two_roots),
+    ("autograd_grad", autograd_grad),
+    ("create_graph", create_graph),
+    ("checkpoint_reentrant", checkpointed(True)),
+    ("checkpoint_non_reentrant", checkpointed(False)),
+    ("error_in_backward", error_in_backward),
+    ("two_devices", two_devices),
+    ("device_and_cpu", device_and_cpu),
+    ("two_devices_inside_a_hook", two_devices_inside_a_hook),
+]:
+    run(Pass())  # warm-up: device threads started, kernels loaded
+    passes, slept, results = [], 0, set()
+    mode_before = torch.autograd.is_multithreading_enabled()
+    for _ in range(PASSES):
+        p = Pass()
+        before = sleeps()
+        results.add(json.dumps(run(p)))
+        slept += sleeps() - before
+        passes.append(p)
+    out[name] = {
+        "first_on_caller": sum(all(p.first) and bool(p.first) for p in passes) / PASSES,
+        "last_on_caller": sum(all(p.last) and bool(p.last) for p in passes) / PASSES,
+        "sleeps_per_pass": slept / PASSES,
+        "mode_in_hooks": sorted(set(m for p in passes for m in p.mode_in_hooks)),
+        "mode_before": mode_before,
+        "mode_after": torch.autograd.is_multithreading_enabled(),
+        "results": sorted(results),
+    }
+print("RESULT " + json.dumps(out), flush=True)
+"""
+
+# The passes whose graph spans one accelerator device and no CPU node.
+ON_ONE_DEVICE = (
+    "loss_backward",
+    "autograd_backward_of_two_roots",
+    "autograd_grad",
+    "create_graph",
+    "checkpoint_reentrant",
+    "checkpoint_non_reentrant",
+    "error_in_backward",
+)
+ACROSS_DEVICES = ("two_devices", "device_and_cpu", "two_devices_inside_a_hook")
+
+
+class TestCallingThreadFromTheRoot(TestCase):
+    """With the opt-in, a single-device pass runs on the calling thread from
+    its first node, with no hand-off to a device thread: as the whole-process
+    switch does, and unlike stock torch."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.runs = {}
+        for mode, (env, switch) in MODES.items():
+            code = WITH_TEST_ACCELERATOR + f"SWITCH = {switch}\nPASSES = {PASSES}\n" + MECHANISM
+            cls.runs[mode] = run_code(code, env_extra=env)
+
+    def setUp(self):
+        super().setUp()
+        require_built(self, LIBRARY, ACCELERATOR_LIBRARY)
+        self.seen = {}
+        for mode, result in self.runs.items():
+            self.assertEqual(result.returncode, 0, f"{mode}: {result.stderr}")
+            lines = [l for l in result.stdout.splitlines() if l.startswith("RESULT ")]
+            self.assertEqual(len(lines), 1, f"{mode}: {result.stdout}")
+            self.seen[mode] = json.loads(lines[0][len("RESULT ") :])
+
+    def test_every_node_of_a_single_device_pass_runs_on_the_caller(self):
+        for name in ON_ONE_DEVICE:
+            for mode in ("opt-in", "switch"):
+                self.assertEqual(self.seen[mode][name]["first_on_caller"], 1.0, (mode, name))
+                if name != "error_in_backward":  # its leaf is never reached
+                    self.assertEqual(self.seen[mode][name]["last_on_caller"], 1.0, (mode, name))
+        # Stock torch runs the root of loss.backward() on the device thread:
+        # what the opt-in used to keep.
+        for name in ("loss_backward", "autograd_grad", "checkpoint_reentrant"):
+            self.assertEqual(self.seen["stock"][name]["first_on_caller"], 0.0, name)
+
+    def test_the_caller_sleeps_no_more_than_under_the_switch(self):
+        for name in ON_ONE_DEVICE:
+            opt_in = self.seen["opt-in"][name]["sleeps_per_pass"]
+            switch = self.seen["switch"][name]["sleeps_per_pass"]
+            # A sleep is a whole context switch; the allowance is one in ten
+            # passes, for whatever else the interpreter wakes for.
+            self.assertLessEqual(opt_in, switch + 0.1, name)
+        # What the measurement would show if the root were handed off: stock
+        # torch's caller sleeps about once per pass, waiting for the root.
+        self.assertGreaterEqual(self.seen["stock"]["loss_backward"]["sleeps_per_pass"], 0.9)
+
+    def test_passes_across_devices_keep_the_device_threads(self):
+        # Their roots are on an accelerator; the two-device pass's leaf is on
+        # another (the CPU leaf of device_and_cpu is the caller's in any mode).
+        for mode in ("stock", "opt-in"):
+            for name in ACROSS_DEVICES:
+                self.assertEqual(self.seen[mode][name]["first_on_caller"], 0.0, (mode, name))
+            for name in ("two_devices", "two_devices_inside_a_hook"):
+                self.assertEqual(self.seen[mode][name]["last_on_caller"], 0.0, (mode, name))
+        for name in ACROSS_DEVICES:
+            self.assertEqual(self.seen["switch"][name]["first_on_caller"], 1.0, name)
+
+    def test_gradients_and_errors_are_bitwise_stock_torchs(self):
+        for name in ON_ONE_DEVICE + ACROSS_DEVICES:
+            results = {mode: self.seen[mode][name]["results"] for mode in MODES}
+            # One answer in each process, the same in all three.
+            self.assertEqual(len(results["stock"]), 1, name)
+            self.assertEqual(results["opt-in"], results["stock"], name)
+            self.assertEqual(results["switch"], results["stock"], name)
+        self.assertEqual(
+            json.loads(self.seen["opt-in"]["error_in_backward"]["results"][0]),
+            ["raised in a backward hook"],
+        )
+
+    def test_the_callers_setting_reads_the_same_before_during_and_after(self):
+        for name in ON_ONE_DEVICE + ACROSS_DEVICES:
+            for mode, expected in (("stock", True), ("opt-in", True), ("switch", False)):
+                seen = self.seen[mode][name]
+                self.assertEqual(seen["mode_before"], expected, (mode, name))
+                self.assertEqual(seen["mode_in_hooks"], [expected], (mode, name))
+                self.assertEqual(seen["mode_after"], expected, (mode, name))
 
 
 class TestCallingThreadSwitch(TestCase):

@@ -6,7 +6,8 @@ process]), also when built as a toolchain that links libstdc++ statically.
 
 The API is read from the headers that declare it: every declaration that the
 public C++ headers and the private C ABI header mark
-AUTOGRAD_DEVICE_LOGGING_API, and Engine::compute_dependencies. The symbol
+AUTOGRAD_DEVICE_LOGGING_API, and Engine::compute_dependencies and
+Engine::ready_queue, the interposed definitions. The symbol
 tables are read with binutils' nm and objdump.
 """
 
@@ -34,7 +35,10 @@ PUBLIC_HEADERS = [
 # The C ABI, private to the library and its Python package.
 C_API_HEADER = os.path.join(REPO, "torch", "csrc", "autograd", "device_logging_c_api.h")
 CXX_NAMESPACE = "torch::autograd::device_logging::"
-INTERPOSED = "torch::autograd::Engine::compute_dependencies"
+INTERPOSED = {
+    "torch::autograd::Engine::compute_dependencies",
+    "torch::autograd::Engine::ready_queue",
+}
 C_PREFIX = "autograd_device_logging_"
 LIBTORCH_CPU = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
 needs_binutils = unittest.skipIf(
@@ -58,8 +62,8 @@ def declared_api(headers):
 
 def documented_api():
     """Every function the library exports by its headers, and the interposed
-    definition."""
-    return {INTERPOSED} | declared_api(PUBLIC_HEADERS + [C_API_HEADER])
+    definitions."""
+    return INTERPOSED | declared_api(PUBLIC_HEADERS + [C_API_HEADER])
 
 
 def exported_functions(library):

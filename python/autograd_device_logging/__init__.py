@@ -300,19 +300,19 @@ def _threading_cost_line(cost: Optional[ThreadingCost]) -> str:
 def set_calling_thread_backward(enabled: bool = True) -> None:
     """Runs every later backward pass whose graph spans exactly one
     accelerator device, and no CPU-routed nodes, on the thread that starts
-    it, as PyTorch's PR #192004 does; passes that span several devices keep
-    the device threads (Note [Single-device passes on the calling thread],
-    calling_thread_policy.h). Gradients, errors and the caller's own
-    set_multithreading_enabled setting are those of stock torch. Works
+    it, root node included, as PyTorch's PR #192004 does; passes that span
+    several devices keep the device threads (Note [Single-device passes on
+    the calling thread], calling_thread_policy.h). Gradients, errors, hooks
+    and the caller's own set_multithreading_enabled setting (also as read
+    inside a hook) are those of stock torch. Works
     before or after `import torch`; raises RuntimeError where this torch
     lacks the seam it needs."""
 
     def apply(lib) -> None:
         if not lib.autograd_device_logging_set_calling_thread(int(bool(enabled))):
             raise RuntimeError(
-                "autograd_device_logging: this torch's at::ThreadLocalState has no "
-                "set_multithreading_enabled, which single-device passes on the calling "
-                "thread need"
+                "autograd_device_logging: this torch's GraphTask has no id_, which "
+                "single-device passes on the calling thread need to tell passes apart"
             )
 
     _activation.call_when_loaded(apply)

@@ -7,8 +7,9 @@
 #include <torch/csrc/autograd/environment_flags.h>
 #include <torch/csrc/autograd/graph_task.h>
 
-#include <ATen/ThreadLocalState.h>
-
+#include <algorithm>
+#include <array>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -18,24 +19,53 @@ namespace {
 
 // The seam, as a feature test rather than a version check: a release that
 // renames or drops it refuses the opt-in instead of failing to build.
-template <typename State, typename = void>
-struct HasSetMultithreadingEnabled : std::false_type {};
-template <typename State>
-struct HasSetMultithreadingEnabled<
-    State,
-    std::void_t<decltype(std::declval<State&>().set_multithreading_enabled(
-        false))>> : std::true_type {};
+template <typename Task, typename = void>
+struct HasId : std::false_type {};
+template <typename Task>
+struct HasId<Task, std::void_t<decltype(std::declval<const Task&>().id_)>>
+    : std::true_type {};
 
-constexpr bool kHasSeam =
-    HasSetMultithreadingEnabled<at::ThreadLocalState>::value;
+constexpr bool kHasSeam = HasId<GraphTask>::value;
 
-// A template, so that a release without the seam never compiles the call.
-template <typename State>
-void turn_multithreading_off(State& thread_locals) {
-  if constexpr (HasSetMultithreadingEnabled<State>::value) {
-    thread_locals.set_multithreading_enabled(false);
+// get_current_graph_task_id()'s type; -1 when no pass is current.
+using PassId = int;
+constexpr PassId kNoPass = -1;
+
+// A template, so that a release without the seam never compiles the read.
+template <typename Task>
+PassId id_of(const Task& task) {
+  if constexpr (HasId<Task>::value) {
+    return static_cast<PassId>(task.id_);
+  } else {
+    return kNoPass;
   }
 }
+
+PassId current_pass() {
+  if constexpr (kHasSeam) {
+    return static_cast<PassId>(get_current_graph_task_id());
+  } else {
+    return kNoPass;
+  }
+}
+
+// What one thread knows of the passes it started (Note [The calling thread
+// from the root]). Trivial, so the thread_local needs no guard or destructor.
+struct PassesOfThisThread {
+  static constexpr int kCapacity = 64;
+  // The root about to be queued: its pass's CPU queue (nullptr: none), the
+  // pass current around it, and whether it runs here.
+  const ReadyQueue* root_queue;
+  PassId root_parent;
+  bool root_here;
+  // The passes this thread started, innermost last.
+  int depth;
+  std::array<PassId, kCapacity> ids;
+  std::array<bool, kCapacity> here;
+};
+static_assert(std::is_trivial_v<PassesOfThisThread>);
+
+thread_local PassesOfThisThread passes_of_this_thread;
 
 } // namespace
 
@@ -69,14 +99,58 @@ void arm_calling_thread_from_environment() noexcept {
       !set_calling_thread_backward(true)) {
     warn_to_stderr(
         "AUTOGRAD_DEVICE_LOGGING_CALLING_THREAD=1 is ignored: this torch's "
-        "at::ThreadLocalState has no set_multithreading_enabled, the seam the "
-        "opt-in needs; backward passes keep the device threads, and the "
-        "events are logged as before.");
+        "GraphTask has no id_, which the opt-in needs to tell passes apart; "
+        "backward passes keep the device threads, and the events are logged "
+        "as before.");
   }
 }
 
-void keep_pass_on_calling_thread(GraphTask& task) noexcept {
-  turn_multithreading_off(task.thread_locals_);
+void note_pass_starting(
+    const GraphTask& task,
+    bool on_calling_thread) noexcept {
+  PassesOfThisThread& passes = passes_of_this_thread;
+  const PassId parent = current_pass();
+  // Every pass this thread started above the parent has ended.
+  int depth = passes.depth;
+  while (depth > 0 && passes.ids[depth - 1] != parent) {
+    --depth;
+  }
+  if (depth > 0 || parent == kNoPass) {
+    passes.depth = depth;
+  }
+  if (passes.depth == PassesOfThisThread::kCapacity) {
+    std::move(passes.ids.begin() + 1, passes.ids.end(), passes.ids.begin());
+    std::move(passes.here.begin() + 1, passes.here.end(), passes.here.begin());
+    --passes.depth;
+  }
+  passes.ids[passes.depth] = id_of(task);
+  passes.here[passes.depth] = on_calling_thread;
+  ++passes.depth;
+  passes.root_queue = task.cpu_ready_queue_.get();
+  passes.root_parent = parent;
+  passes.root_here = on_calling_thread;
+}
+
+bool queue_on_calling_thread(const ReadyQueue* cpu_ready_queue) noexcept {
+  if (cpu_ready_queue == nullptr) {
+    return false;
+  }
+  PassesOfThisThread& passes = passes_of_this_thread;
+  const PassId current = current_pass();
+  if (passes.root_queue != nullptr) {
+    const bool is_the_root =
+        passes.root_queue == cpu_ready_queue && passes.root_parent == current;
+    passes.root_queue = nullptr;
+    if (is_the_root) {
+      return passes.root_here;
+    }
+  }
+  for (int i = passes.depth - 1; i >= 0; --i) {
+    if (passes.ids[i] == current) {
+      return passes.here[i];
+    }
+  }
+  return false;
 }
 
 } // namespace detail

@@ -5,6 +5,7 @@
 
 namespace torch::autograd {
 struct GraphTask;
+struct ReadyQueue;
 } // namespace torch::autograd
 
 namespace torch::autograd::device_logging {
@@ -16,37 +17,65 @@ namespace torch::autograd::device_logging {
 // several (two accelerators, or an accelerator and CPU-routed nodes) to the
 // device threads. With AUTOGRAD_DEVICE_LOGGING_CALLING_THREAD=1, or
 // set_calling_thread_backward(true), this library gives every release from
-// 2.0 the same behaviour, through a seam libtorch already has and without
-// re-implementing any of the engine:
+// 2.0 the same behaviour, without re-implementing any of the engine: every
+// node of a single_accelerator pass, its root included, is queued on the
+// calling thread's CPU ready queue, which that thread drains itself, as
+// under torch.autograd.set_multithreading_enabled(False) for this pass
+// alone; the caller never waits on a device thread during it (Note [The
+// calling thread from the root]).
 //
-// - Engine::execute builds the pass's GraphTask, which captures the calling
-//   thread's thread-local state (thread_locals_, including the multithreading
-//   mode that torch.autograd.set_multithreading_enabled sets), and then calls
-//   compute_dependencies, which is ours.
-// - After libtorch's walk, the pass is classified (it always is while the
-//   opt-in is on: the state bit kStateCallingThread keeps it off the fast
-//   path). A single_accelerator pass gets multithreading off in the GraphTask's
-//   captured state, and nothing else changes: every worker that runs a node
-//   of the pass installs that state first (ThreadLocalStateGuard), so
-//   Engine::ready_queue sends each next node to the caller's CPU queue, which
-//   the calling thread drains, as with set_multithreading_enabled(False) for
-//   this pass alone. The caller's own setting is never written.
-// - The one node already queued before compute_dependencies could decide is
-//   the root, which Engine::execute_with_graph_task queues by the caller's
-//   own setting: where the pass has one root edge and its gradient is on the
-//   accelerator, that first node runs on the device thread, and every node
-//   after it on the calling thread.
-//
-// What differs from a pass under set_multithreading_enabled(False): that
-// first node, and `torch.autograd.is_multithreading_enabled()` read inside a
-// hook of the pass says False (it reads the pass's state); gradients, errors
-// and the caller's setting are those of stock torch. Passes of any other
-// class are left exactly as they were. A release whose ThreadLocalState has
-// no set_multithreading_enabled (none from 2.0 to 2.15 lacks it) refuses the
-// opt-in with one line, and the events keep working.
+// Nothing else about the pass changes: gradients, errors, hooks, streams and
+// the thread-local state every node runs with are stock torch's. In
+// particular the caller's multithreading setting is never written, and
+// torch.autograd.is_multithreading_enabled() reads the same before, during
+// (from a hook of the pass) and after it. Passes of any other class are left
+// exactly as they were. A release whose GraphTask has no id_ (none from 2.0
+// to 2.15 lacks it) refuses the opt-in with one line, and the events keep
+// working.
 
-// Whether this torch has the seam:
-// ThreadLocalState::set_multithreading_enabled.
+// Note [The calling thread from the root]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Where a node runs is decided by Engine::ready_queue(cpu_ready_queue,
+// device) when the node is queued: libtorch returns the pass's CPU queue
+// (the calling thread's) for CPU-routed devices or when the reading thread's
+// multithreading mode is off, and the device's queue otherwise. The library
+// replaces ready_queue as it replaces compute_dependencies (engine.cpp) and
+// answers "the CPU queue" itself for the nodes of a calling-thread pass,
+// forwarding every other call to libtorch's definition unchanged. Each thread
+// keeps, without locks or allocation:
+//
+// - the root about to be queued: compute_dependencies runs on the calling
+//   thread right before Engine::execute_with_graph_task queues the root, so
+//   it leaves {the pass's CPU queue, the pass running on this thread around
+//   it (get_current_graph_task_id()), whether the pass runs here}, and the
+//   next ready_queue call on this thread takes it. The root is queued while
+//   the parent pass (or none) is current, which is why it cannot be looked
+//   up like the later nodes;
+// - the passes this thread started, by GraphTask::id_ (unique in the
+//   process), innermost last: the later nodes are queued from inside the
+//   running node, while GraphTaskGuard makes their pass current, so
+//   ready_queue looks the current pass up. Passes a thread starts nest
+//   (a backward inside a hook finishes before the hook returns), so when a
+//   pass starts, every entry above its parent's has ended and is dropped;
+//   a pass started with no parent drops them all. A device thread can start
+//   passes under nodes of passes other threads started; its entries are
+//   then kept (64 at most, the oldest dropped first), and ids are never
+//   reused, so an entry that outlived its pass never matches.
+//
+// An earlier version turned multithreading off in the GraphTask's captured
+// thread-local state instead. That left the root, queued by the caller's own
+// mode, on the device thread (the caller slept once per pass waiting for
+// it), and made is_multithreading_enabled() read False inside the pass's
+// hooks.
+//
+// Compiled autograd computes dependencies and then runs the graph itself
+// without queueing the root; the root left behind is dropped by the next
+// queueing on that thread, and at worst, when compiled autograd ran inside a
+// hook of another pass on the calling thread, one node of that other pass
+// runs on the calling thread too (where, never what).
+
+// Whether this torch has what the opt-in needs: GraphTask::id_ (with
+// get_current_graph_task_id(), which came with it).
 bool calling_thread_backward_supported() noexcept;
 
 // Turns the opt-in on or off for every later pass of the process; false (and
@@ -60,9 +89,16 @@ namespace detail {
 // Reads AUTOGRAD_DEVICE_LOGGING_CALLING_THREAD; called once at load.
 void arm_calling_thread_from_environment() noexcept;
 
-// Makes the pass of `task`, classified single_accelerator, run its nodes on
-// the calling thread. Only the engine seam (engine.cpp) calls it.
-void keep_pass_on_calling_thread(GraphTask& task) noexcept;
+// The pass of `task`, whose dependencies were just computed on this thread,
+// is about to queue its root; `on_calling_thread` says whether its nodes run
+// on this thread. Only the engine seam calls it, and only while the opt-in
+// is on.
+void note_pass_starting(const GraphTask& task, bool on_calling_thread) noexcept;
+
+// Whether the node being queued on this thread, for a pass whose CPU queue
+// is `cpu_ready_queue`, goes to that queue because its pass runs on the
+// calling thread. Only the engine seam's ready_queue calls it.
+bool queue_on_calling_thread(const ReadyQueue* cpu_ready_queue) noexcept;
 
 } // namespace detail
 

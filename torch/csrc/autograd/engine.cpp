@@ -1,6 +1,9 @@
 // The autograd device-logging patch's seam in the engine: a drop-in
 // Engine::compute_dependencies that leaves the dependency computation to the
-// installed libtorch and then classifies the pass by the devices it spans.
+// installed libtorch and then classifies the pass by the devices it spans,
+// and a drop-in Engine::ready_queue that leaves the choice of queue to
+// libtorch except for the passes the calling-thread opt-in keeps on their
+// caller (Note [The calling thread from the root], calling_thread_policy.h).
 //
 // Note [Replacing compute_dependencies by interposition]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -13,7 +16,10 @@
 // replacement does not re-implement the walk: it calls libtorch's own
 // definition, so dependencies_, nodes_in_graph_, stream stashing and whatever
 // a release adds stay exactly the installed version's, and then reads what the
-// walk built.
+// walk built. Engine::ready_queue is called the same way (through the PLT,
+// from Engine::execute_with_graph_task for the root and from
+// Engine::evaluate_function for every later node) and is replaced the same
+// way.
 
 #include <torch/csrc/autograd/engine.h>
 
@@ -22,11 +28,14 @@
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/version.h>
 
+#include <c10/macros/Macros.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
+#include <utility>
 
 namespace torch::autograd {
 
@@ -69,14 +78,47 @@ void Engine::compute_dependencies(
   }
 #endif
   // Once both events fired (and statistics are off), this load and compare
-  // are all a pass costs; see Note [Device logging state]. The pass's class
-  // may keep it on the calling thread (Note [Single-device passes on the
-  // calling thread]).
-  if (detail::state.load(std::memory_order_relaxed) !=
-          detail::kNothingLeftToLog &&
-      device_logging::log_backward_devices(root, task, min_topo_nr)) {
-    detail::keep_pass_on_calling_thread(task);
+  // are all a pass costs; see Note [Device logging state]. With the
+  // calling-thread opt-in on, the pass's class decides where its nodes run
+  // (Note [Single-device passes on the calling thread]).
+  const detail::StateWord current =
+      detail::state.load(std::memory_order_relaxed);
+  if (current == detail::kNothingLeftToLog) {
+    return;
   }
+  const bool on_calling_thread =
+      device_logging::log_backward_devices(root, task, min_topo_nr);
+  if (current & detail::kStateCallingThread) {
+    detail::note_pass_starting(task, on_calling_thread);
+  }
+}
+
+auto Engine::ready_queue(
+    std::shared_ptr<ReadyQueue> cpu_ready_queue,
+    at::Device device) -> std::shared_ptr<ReadyQueue> {
+  // interposition.cpp finds libtorch's definition by the name this type
+  // mangles to.
+  static_assert(
+      std::is_same_v<
+          decltype(&Engine::ready_queue),
+          device_logging::ReadyQueueFn>,
+      "Engine::ready_queue changed its signature");
+
+  namespace detail = device_logging::detail;
+  if (C10_UNLIKELY(
+          detail::state.load(std::memory_order_relaxed) &
+          detail::kStateCallingThread) &&
+      detail::queue_on_calling_thread(cpu_ready_queue.get())) {
+    return cpu_ready_queue;
+  }
+  const device_logging::ReadyQueueFn libtorch_fn = detail::libtorch_ready_queue;
+  // As for compute_dependencies (Note [When libtorch's compute_dependencies
+  // cannot be found]): without libtorch's definition no node could be queued.
+  TORCH_CHECK(
+      libtorch_fn != nullptr,
+      "autograd_device_logging: libtorch's Engine::ready_queue could not be "
+      "found; remove the library from this process.");
+  return (this->*libtorch_fn)(std::move(cpu_ready_queue), device);
 }
 
 } // namespace torch::autograd

@@ -1,7 +1,7 @@
 // Interposition of the autograd device-logging patch: finds libtorch's own
-// Engine::compute_dependencies, and holds the load-time checks (LD_PRELOAD
-// hygiene, the torch version, the lookup order) that library_load.cpp runs
-// when the dynamic linker initializes the library.
+// Engine::compute_dependencies and Engine::ready_queue, and holds the load-time
+// checks (LD_PRELOAD hygiene, the torch version, the lookup order) that
+// library_load.cpp runs when the dynamic linker initializes the library.
 
 #include <torch/csrc/autograd/interposition.h>
 
@@ -15,9 +15,11 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 // The identity of the torch build this library is compiled against, beyond
 // its release: CMake reads it from that installation (CMakeLists.txt).
@@ -48,6 +50,7 @@ namespace torch::autograd::device_logging {
 namespace detail {
 
 ComputeDependenciesFn libtorch_compute_dependencies = nullptr;
+ReadyQueueFn libtorch_ready_queue = nullptr;
 
 namespace {
 // Set once at load, before any other thread can read it.
@@ -118,6 +121,13 @@ constexpr const char* kComputeDependenciesSymbol =
 // clang-format on
 #endif
 
+// Itanium mangling of torch::autograd::Engine::ready_queue(
+// std::shared_ptr<ReadyQueue>, c10::Device); engine.cpp pins its type too.
+// clang-format off
+constexpr const char* kReadyQueueSymbol =
+    "_ZN5torch8autograd6Engine11ready_queueESt10shared_ptrINS0_10ReadyQueueEEN3c106DeviceE";
+// clang-format on
+
 // Path of the loaded object that contains `address`, or "" if none does.
 std::string object_path_of(const void* address) {
   Dl_info info{};
@@ -157,10 +167,10 @@ namespace {
 // in the lookup order (loaded late, or into a local scope), RTLD_NEXT can
 // miss; then the definition is taken from libtorch_cpu's own handle, found
 // through an address known to be inside it.
-ComputeDependenciesFn resolve_libtorch_compute_dependencies() noexcept {
-  void* next = dlsym(RTLD_NEXT, kComputeDependenciesSymbol);
+void* resolve_libtorch_definition(const char* symbol) noexcept {
+  void* next = dlsym(RTLD_NEXT, symbol);
   if (next != nullptr && object_path_of(next) != this_library_path()) {
-    return reinterpret_cast<ComputeDependenciesFn>(next);
+    return next;
   }
   const std::string libtorch_cpu = libtorch_cpu_path();
   if (libtorch_cpu.empty()) {
@@ -172,9 +182,32 @@ ComputeDependenciesFn resolve_libtorch_compute_dependencies() noexcept {
   }
   // A handle lookup searches the object itself first, i.e. libtorch_cpu's
   // own definition. The handle stays open: libtorch_cpu outlives us anyway.
-  void* own = dlsym(handle, kComputeDependenciesSymbol);
-  return own == nullptr ? nullptr
-                        : reinterpret_cast<ComputeDependenciesFn>(own);
+  return dlsym(handle, symbol);
+}
+
+// Note [Finding libtorch's ready_queue]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Engine::ready_queue returns a std::shared_ptr by value, so its caller
+// passes a hidden return slot, which the Itanium C++ ABI places relative to
+// `this` differently on different targets. Rather than spell that out in a
+// plain function pointer, the address is made into a pointer to member
+// function, whose Itanium representation for a non-virtual member is the
+// pair {address, this-adjustment 0} on every target; calls through it are
+// then laid out by the compiler exactly as libtorch's own calls are.
+ReadyQueueFn ready_queue_at(void* address) noexcept {
+  ReadyQueueFn fn = nullptr;
+  if (address == nullptr) {
+    return fn;
+  }
+  struct NonVirtualMemberPointer {
+    void* address;
+    std::ptrdiff_t this_adjustment;
+  };
+  static_assert(sizeof(ReadyQueueFn) == sizeof(NonVirtualMemberPointer));
+  static_assert(std::is_trivially_copyable_v<ReadyQueueFn>);
+  const NonVirtualMemberPointer representation{address, 0};
+  std::memcpy(&fn, &representation, sizeof(fn));
+  return fn;
 }
 
 // Note [The preload ends with the process that asked for it]
@@ -254,11 +287,19 @@ void detail::check_interposition_at_load() noexcept {
     (void)detail::running_torch_version();
     detail::preloaded = remove_this_library_from_ld_preload();
     detail::libtorch_compute_dependencies =
-        resolve_libtorch_compute_dependencies();
+        reinterpret_cast<ComputeDependenciesFn>(
+            resolve_libtorch_definition(kComputeDependenciesSymbol));
+    detail::libtorch_ready_queue =
+        ready_queue_at(resolve_libtorch_definition(kReadyQueueSymbol));
     if (detail::libtorch_compute_dependencies == nullptr) {
       detail::disable(
           "libtorch's torch::autograd::Engine::compute_dependencies was not "
           "found.");
+      return;
+    }
+    if (detail::libtorch_ready_queue == nullptr) {
+      detail::disable(
+          "libtorch's torch::autograd::Engine::ready_queue was not found.");
       return;
     }
     const std::string mismatch = detail::build_mismatch(
