@@ -17,7 +17,7 @@ every moment of the machine's drift alike:
   calling thread]);
 - switch: torch alone with torch.autograd.set_multithreading_enabled(False)
   for the whole process;
-- in-job estimate (the launch-bound MLP only): the library with
+- in-job estimate (the launch-bound MLP only, with --estimate): the library with
   AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING=1, which times pairs of passes
   with multithreading off and on inside the job (Note [Measuring the cost of
   single-threaded backward]); its estimate is printed beside what switching
@@ -25,7 +25,13 @@ every moment of the machine's drift alike:
 
 Each process runs warm-up steps, then times STEPS steps: forward, synchronize,
 backward() up to the synchronize after it; a process's figures are the
-medians over its steps. --placement one-cpu pins every process to one CPU
+medians over its steps. Beside the times, the same steps give the mechanism
+(Note [The calling thread from the root]): which thread ran each pass's root
+node (a hook on the loss, run in its grad_fn's pre-hook) and its last node
+(a hook on the first layer's weight), and how often the calling thread slept
+during backward (its voluntary context switches in /proc/thread-self/status,
+read outside the timed span). The in-job estimate runs only with
+--estimate. --placement one-cpu pins every process to one CPU
 (sched_setaffinity before torch is imported). `write` puts both placements'
 results into one section of docs/threading-cost.md, with the commit, machine
 and torch they ran on.
@@ -33,6 +39,7 @@ and torch they ran on.
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -110,30 +117,43 @@ def child(args):
     if args.mode == "switch":
         torch.autograd.set_multithreading_enabled(False)
     model, x, loss_of = build(args.model, "cuda:0")
-    # Where the first layer's gradient is accumulated: on the thread that
-    # called backward(), or on a device thread.
-    caller, on_caller = threading.get_ident(), []
+    # Where the pass's root node and its last node (the first layer's
+    # gradient) ran: on the thread that called backward(), or on a device
+    # thread.
+    caller, root_on_caller, last_on_caller = threading.get_ident(), [], []
     next(model.parameters()).register_hook(
-        lambda g: on_caller.append(threading.get_ident() == caller) or g
+        lambda g: last_on_caller.append(threading.get_ident() == caller) or g
     )
-    backward, step = [], []
+    backward, step, sleeps = [], [], []
     for i in range(args.warmup + args.steps):
         for p in model.parameters():
             p.grad = None
         t0 = time.perf_counter()
         loss = loss_of(model(x))
+        loss.register_hook(lambda g: root_on_caller.append(threading.get_ident() == caller) or g)
         torch.cuda.synchronize()
+        slept = voluntary_context_switches()
         t1 = time.perf_counter()
         loss.backward()
         torch.cuda.synchronize()
         t2 = time.perf_counter()
+        slept = voluntary_context_switches() - slept
         if i >= args.warmup:
             backward.append((t2 - t1) * 1e3)
             step.append((t2 - t0) * 1e3)
+            sleeps.append(slept)
+    timed = slice(args.warmup, None)
     out = {
         "backward_ms": statistics.median(backward),
         "step_ms": statistics.median(step),
-        "on_calling_thread": sum(on_caller) / len(on_caller),
+        "root_on_calling_thread": statistics.fmean(root_on_caller[timed]),
+        "on_calling_thread": statistics.fmean(last_on_caller[timed]),
+        "sleeps_per_pass": statistics.fmean(sleeps),
+        # The last step's gradients, bit for bit: the same inputs and seed in
+        # every process, so every mode should give the same bits.
+        "gradients_sha256": hashlib.sha256(
+            b"".join(p.grad.detach().cpu().numpy().tobytes() for p in model.parameters())
+        ).hexdigest(),
     }
     if args.mode == "opt-in":
         status = adl.status()
@@ -146,6 +166,15 @@ def child(args):
     print("RESULT " + json.dumps(out), flush=True)
     sys.stdout.flush()
     os._exit(0)  # Note [Children skip interpreter finalization]
+
+
+def voluntary_context_switches():
+    """How often the calling thread has slept so far."""
+    with open("/proc/thread-self/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise RuntimeError("no voluntary_ctxt_switches in /proc/thread-self/status")
 
 
 def run(args):
@@ -163,7 +192,7 @@ def run(args):
     models = args.models or list(MODELS)
     for round_ in range(args.processes):
         for model in models:
-            modes = list(MODES) + ([ESTIMATE] if model == "mlp48" else [])
+            modes = list(MODES) + ([ESTIMATE] if args.estimate and model == "mlp48" else [])
             shift = round_ % len(modes)
             for mode in modes[shift:] + modes[:shift]:
                 env = dict(os.environ)
@@ -245,10 +274,25 @@ def write(args):
         "median; the cell is the median over processes and their range. stock: torch alone; "
         "opt-in: AUTOGRAD_DEVICE_LOGGING_CALLING_THREAD=1; switch: "
         "torch.autograd.set_multithreading_enabled(False) for the whole process. "
-        "Change: the median process's backward time against stock's; negative is faster.",
+        "backward vs stock, vs switch: the median process's backward time against stock's "
+        "and against the switch's; negative is faster.",
         "",
         "| model | placement | mode | backward ms: median (range) | step ms: median (range) "
-        "| backward vs stock | first layer's gradient on the calling thread |",
+        "| backward vs stock | vs switch |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    mechanism = [
+        "",
+        "The mechanism, from the same processes and steps (Note [The calling thread from "
+        "the root]): the share of timed passes whose root node (the loss's grad_fn) and "
+        "whose last node (the first layer's weight gradient) ran on the thread that called "
+        "backward(), and the calling thread's voluntary context switches per pass during "
+        "backward (the times it slept, waiting for a device thread or anything else), as "
+        "the median over processes and their range.",
+        "",
+        "| model | placement | mode | root on the calling thread | last node on the calling "
+        "thread | caller's sleeps per pass: median (range) | processes whose gradients have "
+        "the bits of stock's first |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
     estimates = []
@@ -263,6 +307,7 @@ def write(args):
             if (model, "stock") not in by:
                 continue
             stock = statistics.median(r["backward_ms"] for r in by[(model, "stock")])
+            switch = statistics.median(r["backward_ms"] for r in by.get((model, "switch"), []))
             for mode in MODES:
                 rows = by.get((model, mode), [])
                 if not rows:
@@ -274,8 +319,20 @@ def write(args):
                     f"{statistics.median(b):.2f} ({min(b):.2f}–{max(b):.2f}) | "
                     f"{statistics.median(s):.2f} ({min(s):.2f}–{max(s):.2f}) | "
                     f"{(statistics.median(b) / stock - 1) * 100:+.1f}% | "
-                    f"{statistics.median(r['on_calling_thread'] for r in rows) * 100:.0f}% |"
+                    f"{(statistics.median(b) / switch - 1) * 100:+.1f}% |"
                 )
+                if "sleeps_per_pass" in rows[0]:
+                    reference = by[(model, "stock")][0]["gradients_sha256"]
+                    same = sum(r["gradients_sha256"] == reference for r in rows)
+                    z = [r["sleeps_per_pass"] for r in rows]
+                    root = statistics.median(r["root_on_calling_thread"] for r in rows)
+                    last = statistics.median(r["on_calling_thread"] for r in rows)
+                    mechanism.append(
+                        f"| {MODELS[model]} | {placement} | {mode} | {root * 100:.0f}% | "
+                        f"{last * 100:.0f}% | "
+                        f"{statistics.median(z):.2f} ({min(z):.2f}–{max(z):.2f}) | "
+                        f"{same}/{len(rows)} |"
+                    )
             rows = by.get((model, ESTIMATE), [])
             if rows:
                 switch = [r["backward_ms"] for r in by[(model, "switch")]]
@@ -291,6 +348,8 @@ def write(args):
                         [r["pairs"] for r in rows],
                     )
                 )
+    if len(mechanism) > 5:
+        lines += mechanism
     if estimates:
         lines += [
             "",
@@ -329,6 +388,7 @@ def main():
     many.add_argument("--processes", type=int, default=4)
     many.add_argument("--steps", type=int, default=200)
     many.add_argument("--models", nargs="*", choices=list(MODELS))
+    many.add_argument("--estimate", action="store_true", help="also the in-job estimate")
     many.add_argument("--out", required=True)
     out = sub.add_parser("write")
     out.add_argument("results", nargs="+")
