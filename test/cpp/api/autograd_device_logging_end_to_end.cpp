@@ -520,6 +520,117 @@ TEST(MultithreadingMode, SetAndRestoredThroughAutogradState) {
   EXPECT_EQ(autograd_device_logging_multithreading_enabled(), 1);
 }
 
+// Where a C++ caller's passes run, with and without the calling-thread opt-in
+// (Note [The calling thread from the root]): which thread ran the root node
+// (a hook on the output the pass starts from runs in its grad_fn's pre-hook)
+// and the last (a hook on the leaf), how often the caller slept during
+// backward, and the multithreading mode read inside the hooks.
+struct PassPlacement {
+  int passes = 0;
+  int roots_on_caller = 0;
+  int leaf_hooks = 0;
+  int leaves_on_caller = 0;
+  long sleeps = 0;
+  bool mode_in_hooks_always_on = true;
+};
+
+// The calling thread's voluntary context switches so far.
+long voluntary_context_switches() {
+  std::ifstream status("/proc/thread-self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("voluntary_ctxt_switches:", 0) == 0) {
+      return std::stol(line.substr(line.find(':') + 1));
+    }
+  }
+  return -1;
+}
+
+// `passes` passes of `start(root, leaf)`, each on a fresh graph: `leaf` on
+// `leaf_device`, the root (the output the pass starts from) on `root_device`.
+template <typename Start>
+PassPlacement place(
+    int passes,
+    c10::Device leaf_device,
+    c10::Device root_device,
+    Start start) {
+  PassPlacement placement;
+  const std::thread::id caller = std::this_thread::get_id();
+  auto watch = [&](torch::Tensor t, int* on_caller) {
+    t.register_hook([&placement, caller, on_caller](const torch::Tensor&) {
+      *on_caller += std::this_thread::get_id() == caller;
+      placement.mode_in_hooks_always_on &=
+          c10::AutogradState::get_tls_state().get_multithreading_enabled();
+    });
+  };
+  for (int i = 0; i < passes; ++i) {
+    auto a = leaf(leaf_device);
+    a.register_hook(
+        [&placement](const torch::Tensor&) { ++placement.leaf_hooks; });
+    watch(a, &placement.leaves_on_caller);
+    auto root = (torch::tanh(a * 2).to(root_device) * 3).pow(2).sum();
+    watch(root, &placement.roots_on_caller);
+    const long before = voluntary_context_switches();
+    start(root, a);
+    placement.sleeps += voluntary_context_switches() - before;
+    ++placement.passes;
+  }
+  return placement;
+}
+
+void loss_backward(torch::Tensor& root, torch::Tensor&) {
+  root.backward();
+}
+
+void grad_with_create_graph(torch::Tensor& root, torch::Tensor& a) {
+  auto grads = torch::autograd::grad({root}, {a}, {}, true, true);
+  grads[0].sum().backward();
+}
+
+void backward_of_two_roots(torch::Tensor& root, torch::Tensor& a) {
+  torch::autograd::backward({root, (a * a).sum()});
+}
+
+TEST(CallingThread, EveryNodeOfASingleDevicePassRunsOnTheCaller) {
+  constexpr int kPasses = 20;
+  (leaf(kDevice0) * 2).sum().backward(); // device threads started
+  const PassPlacement stock = place(kPasses, kDevice0, kDevice0, loss_backward);
+  // Stock torch: the root on the device thread, the caller asleep meanwhile.
+  EXPECT_EQ(stock.roots_on_caller, 0);
+  EXPECT_EQ(stock.leaves_on_caller, 0);
+  EXPECT_GE(stock.sleeps, kPasses);
+
+  ASSERT_EQ(autograd_device_logging_set_calling_thread(1), 1);
+  for (auto start : {loss_backward, grad_with_create_graph}) {
+    const PassPlacement p = place(kPasses, kDevice0, kDevice0, start);
+    EXPECT_EQ(p.roots_on_caller, kPasses);
+    EXPECT_GE(p.leaf_hooks, kPasses);
+    EXPECT_EQ(p.leaves_on_caller, p.leaf_hooks);
+    EXPECT_EQ(p.sleeps, 0);
+    EXPECT_TRUE(p.mode_in_hooks_always_on);
+  }
+  // Two roots: the engine's GraphRoot is the root node; the watched output's
+  // grad_fn is the first node after it.
+  const PassPlacement two =
+      place(kPasses, kDevice0, kDevice0, backward_of_two_roots);
+  EXPECT_EQ(two.roots_on_caller, kPasses);
+  EXPECT_EQ(two.leaves_on_caller, kPasses);
+  EXPECT_EQ(two.sleeps, 0);
+  EXPECT_TRUE(c10::AutogradState::get_tls_state().get_multithreading_enabled());
+}
+
+TEST(CallingThread, PassesAcrossDevicesKeepTheDeviceThreads) {
+  ASSERT_EQ(autograd_device_logging_set_calling_thread(1), 1);
+  (leaf(kDevice0) * 2).sum().backward(); // device threads started
+  const PassPlacement two = place(10, kDevice0, kDevice1, loss_backward);
+  EXPECT_EQ(two.roots_on_caller, 0);
+  EXPECT_EQ(two.leaves_on_caller, 0);
+  const PassPlacement with_cpu =
+      place(10, torch::kCPU, kDevice0, loss_backward);
+  EXPECT_EQ(with_cpu.roots_on_caller, 0);
+  EXPECT_TRUE(two.mode_in_hooks_always_on && with_cpu.mode_in_hooks_always_on);
+}
+
 TEST(DeviceStats, SummaryText) {
   BackwardDeviceStats stats;
   stats.enabled = true;
