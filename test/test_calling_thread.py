@@ -496,9 +496,11 @@ class TestCallingThreadFromTheRoot(TestCase):
             # A sleep is a whole context switch; the allowance is one in ten
             # passes, for whatever else the interpreter wakes for.
             self.assertLessEqual(opt_in, switch + 0.1, name)
-        # What the measurement would show if the root were handed off: stock
-        # torch's caller sleeps about once per pass, waiting for the root.
-        self.assertGreaterEqual(self.seen["stock"]["loss_backward"]["sleeps_per_pass"], 0.9)
+        # What the measurement shows when the root is handed off: stock
+        # torch's caller sleeps about once per pass, waiting for the device
+        # thread (less where that thread finished the pass before the caller
+        # waited, which a loaded machine makes more likely).
+        self.assertGreaterEqual(self.seen["stock"]["loss_backward"]["sleeps_per_pass"], 0.25)
 
     def test_passes_across_devices_keep_the_device_threads(self):
         # Their roots are on an accelerator; the two-device pass's leaf is on
