@@ -8,7 +8,9 @@ two event names. A release whose libtorch contains them logs the events
 itself, so this library must not emit them there (builds for torch >= 2.14
 classify but leave the logging to torch, on the strength of this check). Also reports whether
 Engine::execute calls compute_dependencies through the PLT, which is what
-makes interposition possible.
+makes interposition possible, and the same for Engine::ready_queue, which
+the calling-thread opt-in replaces too (Note [The calling thread from the
+root]): every call to it must go through the PLT, none directly.
 """
 
 import argparse
@@ -31,6 +33,11 @@ EVENTS = (b"torch.autograd.multidevice_backward", b"torch.autograd.gpu_cpu_backw
 PLT_CALL = re.compile(
     rb"call\s+[0-9a-f]+ <_ZN5torch8autograd6Engine20compute_dependenciesEPNS0_4NodeERNS0_9GraphTaskEm@plt>"
 )
+READY_QUEUE = (
+    rb"_ZN5torch8autograd6Engine11ready_queueESt10shared_ptrINS0_10ReadyQueueEEN3c106DeviceE"
+)
+READY_QUEUE_PLT_CALL = re.compile(rb"call\s+[0-9a-f]+ <" + READY_QUEUE + rb"@plt>")
+READY_QUEUE_DIRECT_CALL = re.compile(rb"call\s+[0-9a-f]+ <" + READY_QUEUE + rb">")
 
 
 def check(version, workdir):
@@ -60,8 +67,13 @@ def check(version, workdir):
         ["objdump", "-d", "--no-show-raw-insn", lib], capture_output=True, check=True
     ).stdout
     plt_calls = len(PLT_CALL.findall(dis))
+    ready_queue_calls = (
+        len(READY_QUEUE_PLT_CALL.findall(dis)),
+        len(READY_QUEUE_DIRECT_CALL.findall(dis)),
+    )
     os.remove(lib)
-    return os.path.basename(wheel), has_events, plt_calls
+    os.remove(wheel)
+    return os.path.basename(wheel), has_events, plt_calls, ready_queue_calls
 
 
 def main():
@@ -72,11 +84,12 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for version in args.versions:
-            wheel, events, plt_calls = check(version, workdir)
-            rows.append((version, wheel, events, plt_calls))
+            wheel, events, plt_calls, ready_queue_calls = check(version, workdir)
+            rows.append((version, wheel, events, plt_calls, ready_queue_calls))
             print(
                 f"{version}: events in libtorch_cpu: {', '.join(events) or 'none'}; "
-                f"PLT calls to compute_dependencies: {plt_calls}",
+                f"PLT calls to compute_dependencies: {plt_calls}; calls to ready_queue "
+                f"through the PLT / direct: {ready_queue_calls[0]} / {ready_queue_calls[1]}",
                 flush=True,
             )
     if args.write:
@@ -90,13 +103,19 @@ def main():
             "For each PyPI wheel: does its `libtorch_cpu.so` contain the event names "
             "(then that torch logs them itself), and how many calls to "
             "`Engine::compute_dependencies` go through the PLT (each one is "
-            "interposable)?",
+            "interposable)? And how many calls to `Engine::ready_queue` go through "
+            "the PLT and how many bypass it (the calling-thread opt-in places every "
+            "node only where none does: Note [The calling thread from the root])?",
             "",
-            "| torch | wheel | events in libtorch_cpu.so | PLT calls to compute_dependencies |",
-            "| --- | --- | --- | --- |",
+            "| torch | wheel | events in libtorch_cpu.so | PLT calls to compute_dependencies "
+            "| calls to ready_queue: PLT / direct |",
+            "| --- | --- | --- | --- | --- |",
         ]
-        for version, wheel, events, plt_calls in rows:
-            lines.append(f"| {version} | `{wheel}` | {', '.join(events) or 'none'} | {plt_calls} |")
+        for version, wheel, events, plt_calls, (via_plt, direct) in rows:
+            lines.append(
+                f"| {version} | `{wheel}` | {', '.join(events) or 'none'} | {plt_calls} "
+                f"| {via_plt} / {direct} |"
+            )
         lines += [
             "",
             "The pin in requirements.txt is the newest release without the events. "
