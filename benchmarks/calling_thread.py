@@ -32,8 +32,9 @@ node (a hook on the loss, run in its grad_fn's pre-hook) and its last node
 during backward (its voluntary context switches in /proc/thread-self/status,
 read outside the timed span). The in-job estimate runs only with
 --estimate. --placement one-cpu pins every process to one CPU
-(sched_setaffinity before torch is imported). `write` puts both placements'
-results into one section of docs/threading-cost.md, with the commit, machine
+(sched_setaffinity before torch is imported). `write` puts the runs (several runs of
+one placement, from separate machine starts, pool their processes) into one
+section of docs/threading-cost.md, with the commit, machine
 and torch they ran on.
 """
 
@@ -252,20 +253,43 @@ def machine_meta(args, cpu, doc_sections, torch):
     }
 
 
+def merge_runs(paths):
+    """The runs of `paths`, one part per placement: runs of one placement
+    (separate machine starts, say) pool their processes, and must share the
+    commit, GPU and torch."""
+    parts = {}
+    for path in paths:
+        with open(path) as f:
+            run = json.load(f)
+        meta = run["meta"]
+        part = parts.get(meta["placement"])
+        if part is None:
+            part = parts[meta["placement"]] = {
+                "meta": dict(meta, processes=0, dates=[]),
+                "results": [],
+            }
+        for key in ("commit", "gpu", "torch", "steps", "cpu"):
+            if meta[key] != part["meta"][key]:
+                sys.exit(f"{path}: {key} {meta[key]!r} differs from {part['meta'][key]!r}")
+        rounds = part["meta"]["processes"]
+        part["results"] += [dict(r, round=r["round"] + rounds) for r in run["results"]]
+        part["meta"]["processes"] += meta["processes"]
+        part["meta"]["dates"].append(meta["date"])
+    return list(parts.values())
+
+
 def write(args):
     sys.path.insert(0, os.path.join(REPO, "benchmarks"))
     import doc_sections
 
-    parts = []
-    for path in args.results:
-        with open(path) as f:
-            parts.append(json.load(f))
+    parts = merge_runs(args.results)
     meta = parts[0]["meta"]
     lines = [
         f"<!-- {MARKER} -->",
         "## Single-device passes on the calling thread, whole process against whole process",
         "",
-        f"Written by `python3 benchmarks/calling_thread.py write` from runs on {meta['date']}, "
+        f"Written by `python3 benchmarks/calling_thread.py write` from runs on "
+        f"{', '.join(meta['dates'])}, "
         f"commit {meta['commit']}, on a machine with NVIDIA GPUs ({meta['gpu']}, "
         f"{meta['cpus']} CPUs, {meta['machine']}), torch {meta['torch']}.",
         "",
@@ -288,11 +312,13 @@ def write(args):
         "whose last node (the first layer's weight gradient) ran on the thread that called "
         "backward(), and the calling thread's voluntary context switches per pass during "
         "backward (the times it slept, waiting for a device thread or anything else), as "
-        "the median over processes and their range.",
+        "the median over processes and their range; and how many different bit patterns "
+        "the last step's gradients took over the processes (every process has the same "
+        "inputs and seed), and whether they are stock's.",
         "",
         "| model | placement | mode | root on the calling thread | last node on the calling "
-        "thread | caller's sleeps per pass: median (range) | processes whose gradients have "
-        "the bits of stock's first |",
+        "thread | caller's sleeps per pass: median (range) | distinct gradient bits over "
+        "processes |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
     estimates = []
@@ -322,8 +348,13 @@ def write(args):
                     f"{(statistics.median(b) / switch - 1) * 100:+.1f}% |"
                 )
                 if "sleeps_per_pass" in rows[0]:
-                    reference = by[(model, "stock")][0]["gradients_sha256"]
-                    same = sum(r["gradients_sha256"] == reference for r in rows)
+                    mine = {r["gradients_sha256"] for r in rows}
+                    stocks = {r["gradients_sha256"] for r in by[(model, "stock")]}
+                    bits = (
+                        f"{len(mine)}, stock's"
+                        if mine == stocks
+                        else f"{len(mine)} (stock: {len(stocks)}, {len(mine & stocks)} shared)"
+                    )
                     z = [r["sleeps_per_pass"] for r in rows]
                     root = statistics.median(r["root_on_calling_thread"] for r in rows)
                     last = statistics.median(r["on_calling_thread"] for r in rows)
@@ -331,7 +362,7 @@ def write(args):
                         f"| {MODELS[model]} | {placement} | {mode} | {root * 100:.0f}% | "
                         f"{last * 100:.0f}% | "
                         f"{statistics.median(z):.2f} ({min(z):.2f}–{max(z):.2f}) | "
-                        f"{same}/{len(rows)} |"
+                        f"{bits} |"
                     )
             rows = by.get((model, ESTIMATE), [])
             if rows:
