@@ -95,7 +95,8 @@ def main():
     if args.write:
         lines = [
             f"<!-- {MARKER} -->",
-            f"Written by `python tools/torch_native_events.py --write {args.write} "
+            "Written by `python tools/torch_native_events.py --write "
+            f"{os.path.relpath(os.path.abspath(args.write), generated_docs.REPO)} "
             f"{' '.join(args.versions)}` on {datetime.date.today()}, commit "
             f"{generated_docs.commit()} ({platform.machine()}, Python "
             f"{platform.python_version()}).",
