@@ -60,7 +60,10 @@ namespace torch::autograd::device_logging {
 //   a pass started with no parent drops them all. A device thread can start
 //   passes under nodes of passes other threads started; its entries are
 //   then kept (64 at most, the oldest dropped first), and ids are never
-//   reused, so an entry that outlived its pass never matches.
+//   reused, so an entry that outlived its pass never matches. (Early 2.x
+//   headers number GraphTasks per translation unit: distributed autograd's
+//   own GraphTasks may then share a number with a pass here, and one of its
+//   nodes queued on this thread would run here too: where, never what.)
 //
 // An earlier version turned multithreading off in the GraphTask's captured
 // thread-local state instead. That left the root, queued by the caller's own
