@@ -497,10 +497,13 @@ class TestCallingThreadFromTheRoot(TestCase):
             # passes, for whatever else the interpreter wakes for.
             self.assertLessEqual(opt_in, switch + 0.1, name)
         # What the measurement shows when the root is handed off: stock
-        # torch's caller sleeps about once per pass, waiting for the device
-        # thread (less where that thread finished the pass before the caller
-        # waited, which a loaded machine makes more likely).
-        self.assertGreaterEqual(self.seen["stock"]["loss_backward"]["sleeps_per_pass"], 0.25)
+        # torch's caller sleeps waiting for the device thread, about once per
+        # pass on an idle machine; on a loaded one the device thread often
+        # finishes the pass before the caller waits (0.2 per pass seen with
+        # the whole suite running on 2 cores), so only "some" is asserted.
+        stock = self.seen["stock"]["loss_backward"]["sleeps_per_pass"]
+        self.assertGreater(stock, 0.0)
+        self.assertGreater(stock, self.seen["opt-in"]["loss_backward"]["sleeps_per_pass"])
 
     def test_passes_across_devices_keep_the_device_threads(self):
         # Their roots are on an accelerator; the two-device pass's leaf is on

@@ -597,10 +597,10 @@ TEST(CallingThread, EveryNodeOfASingleDevicePassRunsOnTheCaller) {
   const PassPlacement stock = place(kPasses, kDevice0, kDevice0, loss_backward);
   // Stock torch: the root on the device thread, the caller asleep meanwhile,
   // unless the device thread finished the pass before the caller waited
-  // (under load, a third of the passes or more).
+  // (often, on a loaded machine).
   EXPECT_EQ(stock.roots_on_caller, 0);
   EXPECT_EQ(stock.leaves_on_caller, 0);
-  EXPECT_GE(stock.sleeps, kPasses / 4);
+  EXPECT_GT(stock.sleeps, 0);
 
   ASSERT_EQ(autograd_device_logging_set_calling_thread(1), 1);
   for (auto start : {loss_backward, grad_with_create_graph}) {
