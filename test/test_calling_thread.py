@@ -496,14 +496,19 @@ class TestCallingThreadFromTheRoot(TestCase):
             # A sleep is a whole context switch; the allowance is one in ten
             # passes, for whatever else the interpreter wakes for.
             self.assertLessEqual(opt_in, switch + 0.1, name)
+
         # What the measurement shows when the root is handed off: stock
         # torch's caller sleeps waiting for the device thread, about once per
         # pass on an idle machine; on a loaded one the device thread often
         # finishes the pass before the caller waits (0.2 per pass seen with
         # the whole suite running on 2 cores), so only "some" is asserted.
-        stock = self.seen["stock"]["loss_backward"]["sleeps_per_pass"]
-        self.assertGreater(stock, 0.0)
-        self.assertGreater(stock, self.seen["opt-in"]["loss_backward"]["sleeps_per_pass"])
+        # Over every single-device scenario's passes (210), so that "none"
+        # cannot happen by chance.
+        def slept(mode):
+            return sum(self.seen[mode][name]["sleeps_per_pass"] for name in ON_ONE_DEVICE)
+
+        self.assertGreater(slept("stock"), 0.0)
+        self.assertGreater(slept("stock"), slept("opt-in"))
 
     def test_passes_across_devices_keep_the_device_threads(self):
         # Their roots are on an accelerator; the two-device pass's leaf is on

@@ -594,7 +594,10 @@ void backward_of_two_roots(torch::Tensor& root, torch::Tensor& a) {
 TEST(CallingThread, EveryNodeOfASingleDevicePassRunsOnTheCaller) {
   constexpr int kPasses = 20;
   (leaf(kDevice0) * 2).sum().backward(); // device threads started
-  const PassPlacement stock = place(kPasses, kDevice0, kDevice0, loss_backward);
+  // Five times the passes, so that "no sleep" cannot happen by chance (one
+  // pass in five slept under AddressSanitizer on a loaded machine).
+  const PassPlacement stock =
+      place(5 * kPasses, kDevice0, kDevice0, loss_backward);
   // Stock torch: the root on the device thread, the caller asleep meanwhile,
   // unless the device thread finished the pass before the caller waited
   // (often, on a loaded machine).
