@@ -78,6 +78,43 @@ class Receiver:
         self.server.server_close()
 
 
+class Refusing:
+    """An HTTP endpoint on loopback that answers every request with
+    `status`, or, with status None, accepts connections and never answers."""
+
+    def __init__(self, status):
+        self.status = status
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                if outer.status is None:
+                    outer.closed.wait(30)
+                    return
+                self.send_response(outer.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.closed = threading.Event()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self):
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.closed.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def attributes(key_values):
     out = {}
     for kv in key_values:
@@ -203,12 +240,32 @@ class TestOtlpExport(TestCase):
         )
         (warning,) = self.warnings_of(with_otlp.stderr)
         self.assertIn(
-            "could not push this process's counts over OTLP to http://127.0.0.1:9", warning
+            "could not push this process's counts over OTLP to http://127.0.0.1:9 "
+            "(connection refused)",
+            warning,
         )
         self.assertEqual(with_otlp.stderr.strip().count("\n"), 0, with_otlp.stderr)
         without = self.run_child(code, AUTOGRAD_DEVICE_LOGGING_OTLP="0")
         # The exit export's bound, and 2 s of noise on a loaded machine.
         self.assertLess(with_otlp.took, without.took + EXPORT_BOUND_S + 2.0)
+
+    def test_the_warning_names_the_cause(self):
+        # One fresh process per endpoint; each warns once, naming the cause.
+        cases = [("http://autograd-device-logging-test.invalid:4318", "host name not resolved")]
+        for status, cause in (
+            (404, "HTTP status 404 Not Found"),  # not retried
+            (503, "HTTP status 503 Service Unavailable"),  # retried to the bound
+            (None, f"no answer within {EXPORT_BOUND_S:g} s"),
+        ):
+            endpoint = Refusing(status)
+            self.addCleanup(endpoint.close)
+            cases.append((endpoint.endpoint, cause))
+        for endpoint, cause in cases:
+            proc = self.run_child(
+                WITH_TEST_ACCELERATOR + PASSES, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint
+            )
+            (warning,) = self.warnings_of(proc.stderr)
+            self.assertIn(f"over OTLP to {endpoint} ({cause});", warning)
 
     def test_without_the_sdk_one_line_says_what_to_install(self):
         hidden = os.path.join(self.tmp.name, "hidden")

@@ -21,8 +21,11 @@ write points, the first pass, an event, a measured pair, even with no
 directory set, and one thread of this package waits on it in C, without the
 GIL), and once at exit. Each export is bounded by EXPORT_BOUND_S: at exit the
 interpreter waits that long at most, then goes on without it. A failed
-export (an unreachable endpoint, a refusal) is one warning per process; the
-exporter's own log lines from this package's threads are dropped, so that
+export (an unreachable endpoint, a refusal) is one warning per process,
+which names the cause (failure_cause): the connection refused, the host name
+not resolved, the HTTP status the endpoint answered, or no answer within the
+bound. The exporter reports its failures only in its own log lines; from
+this package's threads they are kept for that cause and dropped, so that
 nothing else is printed. Nothing here runs on a thread that runs backward.
 """
 
@@ -30,12 +33,13 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import http
 import json
 import logging
 import os
 import socket
 import threading
-from typing import Optional
+from typing import Iterable, List, Optional
 
 from . import _user_warning
 from .metric_families import FAMILIES, process_samples
@@ -49,8 +53,69 @@ INSTALL = "pip install 'autograd_device_logging[otlp]'"
 
 
 class _FromOurThreads(logging.Filter):
+    """Drops the exporter's log lines on this package's threads, and keeps
+    them for the export that is running there (`_ExportLog`)."""
+
     def filter(self, record):
-        return not record.threadName.startswith(THREAD_PREFIX)
+        if not record.threadName.startswith(THREAD_PREFIX):
+            return True
+        kept = getattr(_export_log, "records", None)
+        if kept is not None:
+            kept.append(record)
+        return False
+
+
+# The log records of the export running on this thread.
+_export_log = threading.local()
+
+_STATUS_BY_PHRASE = {status.phrase: status for status in http.HTTPStatus}
+
+
+def _exceptions_in(value) -> Iterable[BaseException]:
+    """`value` and every exception it wraps: chained, in urllib3's reason,
+    or among its arguments."""
+    seen, pending = set(), [value]
+    while pending:
+        e = pending.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        pending += [e.__cause__, e.__context__, getattr(e, "reason", None), *e.args]
+
+
+def failure_cause(records: List[logging.LogRecord], raised: Optional[BaseException]) -> str:
+    """Why an export failed, in words, from the exporter's log records of
+    that export and what it raised, if anything."""
+    errors, statuses = [], []
+    for value in [raised] + [a for r in records for a in (r.args or ())]:
+        errors += list(_exceptions_in(value))
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value < 600:
+            try:
+                statuses.append(http.HTTPStatus(value))
+            except ValueError:
+                statuses.append(value)
+        elif isinstance(value, str) and value in _STATUS_BY_PHRASE:
+            statuses.append(_STATUS_BY_PHRASE[value])
+    for e in errors:
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+    for e in errors:
+        if isinstance(e, socket.gaierror) or type(e).__name__ == "NameResolutionError":
+            return "host name not resolved"
+    if statuses:
+        status = statuses[-1]
+        if isinstance(status, http.HTTPStatus):
+            return f"HTTP status {status.value} {status.phrase}"
+        return f"HTTP status {status}"
+    for e in errors:
+        if isinstance(e, TimeoutError) or "Timeout" in type(e).__name__:
+            return f"no answer within {EXPORT_BOUND_S:g} s"
+    if errors:
+        return f"{type(errors[0]).__name__}: {errors[0]}"
+    if any("timeout" in r.getMessage() for r in records):
+        return f"no answer within {EXPORT_BOUND_S:g} s"
+    return "the endpoint did not take them"
 
 
 def record(lib) -> Optional[dict]:
@@ -133,13 +198,17 @@ class Exporter:
                 return False
             self._samples = process_samples(current, with_job=False)
             data = self._reader.get_metrics_data()
+            _export_log.records = records = []
+            raised = None
             try:
                 result = self._exporter.export(data, timeout_millis=EXPORT_BOUND_S * 1000)
                 ok = result == self._sdk.SUCCESS
-                cause = "the endpoint did not take them"
             except Exception as e:  # the exporter's transport, whatever it raises
-                ok, cause = False, f"{type(e).__name__}: {e}"
+                ok, raised = False, e
+            finally:
+                _export_log.records = None
             if not ok and not self._warned:
+                cause = failure_cause(records, raised)
                 self._warned = True
                 endpoint = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get(
                     "OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318"
