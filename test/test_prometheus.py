@@ -9,6 +9,7 @@ cases run against it too."""
 
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 from common_device_logging import (
@@ -35,6 +37,10 @@ from torch.testing._internal.common_utils import TestCase, run_tests
 
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 PROMTOOL = shutil.which("promtool")
+PROMETHEUS = shutil.which("prometheus")
+USAGE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "usage.md"
+)
 STALL_FSYNC_LIBRARY = os.path.join(BUILD_DIR, "test", "libadl_test_stall_fsync.so")
 INSTALL_TOOLS = "apt-get install prometheus-node-exporter prometheus (.ci/run's set-up does)"
 
@@ -154,7 +160,7 @@ class TestPrometheusTextfile(TestCase):
         self.promtool_clean(os.path.join(self.dir, self.prom_files()[0]))
         served = self.scrape(self.dir)
         self.assertEqual(served["node_textfile_scrape_error"], {frozenset(): 0.0})
-        own = {("job", "train-42"), ("rank", "3")}
+        own = {("training_job", "train-42"), ("rank", "3")}
         passes = served["autograd_device_logging_backward_passes_total"]
         self.assertEqual(
             {dict(k)["class"]: v for k, v in passes.items()},
@@ -192,7 +198,7 @@ class TestPrometheusTextfile(TestCase):
         self.assertLessEqual(
             names,
             {
-                "job",
+                "training_job",
                 "rank",
                 "class",
                 "event",
@@ -274,7 +280,7 @@ class TestPrometheusTextfile(TestCase):
         served = self.scrape(self.dir)
         self.assertEqual(served["node_textfile_scrape_error"], {frozenset(): 0.0})
         (info,) = served["autograd_device_logging_info"]
-        self.assertEqual(dict(info)["job"], job)
+        self.assertEqual(dict(info)["training_job"], job)
 
     # -- The directory is shared (the record's cases, test_process_record.py)
 
@@ -410,6 +416,7 @@ class TestFleetPrometheus(TestCase):
                     records,
                     AUTOGRAD_DEVICE_LOGGING_STATS="1",
                     AUTOGRAD_DEVICE_LOGGING_JOB=job,
+                    AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_DIR=textfiles,
                     RANK=rank,
                 )
                 code = WITH_TEST_ACCELERATOR + (
@@ -448,21 +455,44 @@ class TestFleetPrometheus(TestCase):
             TestPrometheusTextfile.promtool_clean(self, out)
             served = TestPrometheusTextfile.scrape(self, textfiles)
             self.assertEqual(served["node_textfile_scrape_error"], {frozenset(): 0.0})
-            passes = served["autograd_device_logging_backward_passes_total"]
+            # Beside the per-process files, nothing collides: every series
+            # of every file is served, none twice.
+            written = {}
+            for name in os.listdir(textfiles):
+                with open(os.path.join(textfiles, name)) as f:
+                    for family, rows in families(f.read()).items():
+                        for labels in rows:
+                            self.assertNotIn(labels, written.get(family, {}), (name, family))
+                            written.setdefault(family, {})[labels] = rows[labels]
+            self.assertEqual(len(os.listdir(textfiles)), 4)  # 3 processes and the fleet
+            self.assertEqual({f: served[f] for f in written}, written)
+            per_process = served["autograd_device_logging_backward_passes_total"]
+            self.assertEqual({dict(k)["rank"] for k in per_process}, {"0", "1"})
+            passes = served["autograd_device_logging_fleet_backward_passes_total"]
             for job in ("a", "b"):
                 self.assertEqual(
-                    {dict(k)["class"]: v for k, v in passes.items() if dict(k)["job"] == job},
+                    {
+                        dict(k)["class"]: v
+                        for k, v in passes.items()
+                        if dict(k)["training_job"] == job
+                    },
                     {c: float(n) for c, n in summary["jobs"][job]["passes_per_class"].items()},
                 )
-            self.assertEqual(passes[frozenset({("job", "a"), ("class", "cpu_only")})], 6.0)
-            events = served["autograd_device_logging_events_total"]
+            self.assertEqual(passes[frozenset({("training_job", "a"), ("class", "cpu_only")})], 6.0)
+            events = served["autograd_device_logging_fleet_events_total"]
             self.assertEqual(
-                events[frozenset({("job", "a"), ("event", "torch.autograd.gpu_cpu_backward")})], 2.0
+                events[
+                    frozenset({("training_job", "a"), ("event", "torch.autograd.gpu_cpu_backward")})
+                ],
+                2.0,
             )
             self.assertEqual(
-                events[frozenset({("job", "b"), ("event", "torch.autograd.gpu_cpu_backward")})], 0.0
+                events[
+                    frozenset({("training_job", "b"), ("event", "torch.autograd.gpu_cpu_backward")})
+                ],
+                0.0,
             )
-            self.assertEqual({dict(k)["job"] for k in passes}, {"a", "b"})
+            self.assertEqual({dict(k)["training_job"] for k in passes}, {"a", "b"})
 
     def test_a_bad_prometheus_path_is_one_line(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -483,6 +513,183 @@ class TestFleetPrometheus(TestCase):
             self.assertEqual(proc.returncode, 2)
             self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
             self.assertIn("no such folder", proc.stderr)
+
+    def test_a_fleet_file_node_exporter_would_not_read_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in ("fleet.txt", ".fleet.prom"):
+                proc = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "autograd_device_logging",
+                        "report",
+                        tmp,
+                        "--prometheus",
+                        os.path.join(tmp, name),
+                    ],
+                    env=child_env(""),
+                    capture_output=True,
+                    text=True,
+                )
+                self.assertEqual(proc.returncode, 2, name)
+                self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+                self.assertIn("reads only *.prom files", proc.stderr)
+                self.assertFalse(os.path.exists(os.path.join(tmp, name)))
+
+
+def docs_queries():
+    """Every PromQL query docs/usage.md gives (its ```promql blocks)."""
+    with open(USAGE) as f:
+        text = f.read()
+    return [" ".join(q.split()) for q in re.findall(r"```promql\n(.*?)```", text, re.S)]
+
+
+class Started:
+    """A server process on a free loopback port, stopped at cleanup."""
+
+    def __init__(self, test, command, ready_path):
+        for _ in range(5):
+            self.port = free_port()
+            self.process = subprocess.Popen(
+                [arg.format(port=self.port) for arg in command],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and self.process.poll() is None:
+                try:
+                    with urllib.request.urlopen(self.url(ready_path)):
+                        test.addCleanup(self.stop)
+                        return
+                except OSError:
+                    time.sleep(0.1)
+            self.stop()
+        test.fail(f"{command[0]} did not serve on loopback")
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def stop(self):
+        self.process.kill()
+        self.process.communicate()
+
+
+class TestPrometheusServer(TestCase):
+    """Debian's Prometheus server with a default scrape (honor_labels:
+    false) of node_exporter over a textfile directory that holds the
+    per-process files of two jobs and a fleet file: what a dashboard's
+    queries, the docs' among them, return over the HTTP API."""
+
+    def setUp(self):
+        super().setUp()
+        require_built(self, LIBRARY, ACCELERATOR_LIBRARY)
+        for tool in (PROMETHEUS, NODE_EXPORTER):
+            if tool is None:
+                self.fail(f"prometheus and node_exporter are not installed: {INSTALL_TOOLS}")
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        records, textfiles = os.path.join(tmp.name, "records"), os.path.join(tmp.name, "textfiles")
+        # train-a raises both events on two ranks; train-b runs a CPU pass.
+        for job, rank, code in (
+            ("train-a", "0", PASSES),
+            ("train-a", "1", PASSES),
+            ("train-b", "0", "(torch.ones(2, requires_grad=True) * 2).sum().backward()\n"),
+        ):
+            env = child_env(
+                records,
+                AUTOGRAD_DEVICE_LOGGING_STATS="1",
+                AUTOGRAD_DEVICE_LOGGING_JOB=job,
+                AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_DIR=textfiles,
+                RANK=rank,
+            )
+            proc = subprocess.run(
+                [sys.executable, "-c", WITH_TEST_ACCELERATOR + code + DEVICE_THREADS_IDLE],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+        report = subprocess.run(
+            [sys.executable, "-m", "autograd_device_logging", "report", records, "--prometheus"]
+            + [os.path.join(textfiles, "fleet.prom")],
+            env=child_env(""),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        self.assertEqual(report.returncode, 0, report.stderr)
+        exporter = Started(
+            self,
+            [
+                NODE_EXPORTER,
+                "--web.listen-address=127.0.0.1:{port}",
+                "--collector.disable-defaults",
+                "--collector.textfile",
+                f"--collector.textfile.directory={textfiles}",
+            ],
+            "/metrics",
+        )
+        config = os.path.join(tmp.name, "prometheus.yml")
+        with open(config, "w") as f:
+            # The scrape as a default configuration has it: no honor_labels.
+            f.write(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                "scrape_configs:\n  - job_name: node\n    static_configs:\n"
+                f"      - targets: ['127.0.0.1:{exporter.port}']\n"
+            )
+        self.prometheus = Started(
+            self,
+            [
+                PROMETHEUS,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={os.path.join(tmp.name, 'data')}",
+                "--web.listen-address=127.0.0.1:{port}",
+                "--log.level=error",
+            ],
+            "/-/ready",
+        )
+        deadline = time.monotonic() + 60
+        while not self.query("autograd_device_logging_fleet_info"):
+            self.assertLess(time.monotonic(), deadline, "Prometheus scraped nothing")
+            time.sleep(0.2)
+
+    def query(self, promql):
+        url = self.prometheus.url("/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+        with urllib.request.urlopen(url) as r:
+            answer = json.load(r)
+        self.assertEqual(answer["status"], "success", (promql, answer))
+        return answer["data"]["result"]
+
+    def test_no_series_carries_an_exported_job_and_each_names_its_training_job(self):
+        ours = self.query('{__name__=~"autograd_device_logging_.*"}')
+        self.assertTrue(ours)
+        for series in ours:
+            labels = series["metric"]
+            self.assertNotIn("exported_job", labels)
+            self.assertNotIn("exported_instance", labels)
+            self.assertEqual(labels["job"], "node")  # the scrape's own
+            self.assertIn(labels["training_job"], ("train-a", "train-b"))
+        self.assertEqual(self.query("node_textfile_scrape_error")[0]["value"][1], "0")
+
+    def test_the_docs_queries_answer_per_training_job(self):
+        queries = docs_queries()
+        self.assertGreaterEqual(len(queries), 4, queries)
+        for promql in queries:
+            self.query(promql)  # each one parses and runs
+        (changed,) = [q for q in queries if q.endswith("> 0") and "fleet" not in q]
+        self.assertEqual(
+            {row["metric"]["training_job"] for row in self.query(changed)}, {"train-a"}
+        )
+        (fleet,) = [q for q in queries if q.endswith("> 0") and "fleet" in q]
+        self.assertEqual({row["metric"]["training_job"] for row in self.query(fleet)}, {"train-a"})
+
+    def test_the_fleet_file_and_the_processes_files_agree_without_a_double_count(self):
+        per_process = self.query("sum by (training_job) (autograd_device_logging_events_total)")
+        fleet = self.query("sum by (training_job) (autograd_device_logging_fleet_events_total)")
+        as_dict = lambda rows: {r["metric"]["training_job"]: r["value"][1] for r in rows}
+        self.assertEqual(as_dict(per_process), as_dict(fleet))
+        self.assertEqual(as_dict(per_process)["train-a"], "4")  # 2 ranks x 2 events
 
 
 def report_modules_with_metric_families():

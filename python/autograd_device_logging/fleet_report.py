@@ -310,8 +310,14 @@ def _plot_path(path: str) -> str:
 
 
 def _prometheus_path(path: str) -> str:
-    """--prometheus's value, checked before anything is read: its folder
-    exists and is one, and prometheus_client is there to write it."""
+    """--prometheus's value, checked before anything is read: a .prom file
+    (all that node_exporter's textfile collector reads), its folder exists
+    and is one, and prometheus_client is there to write it."""
+    if not path.endswith(".prom") or os.path.basename(path).startswith("."):
+        raise argparse.ArgumentTypeError(
+            f"{path}: node_exporter's textfile collector reads only *.prom files "
+            "(not hidden ones); name it FLEET.prom"
+        )
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"{path}: no such folder: {folder}")

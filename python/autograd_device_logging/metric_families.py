@@ -5,9 +5,17 @@ OTLP export, otlp_export.py) or a fleet report's per-job summary (for
 spells the same families for the per-process textfile (Note [The Prometheus
 textfile]); test/test_prometheus.py holds the two together.
 
-Labels are bounded (no pid, path or time): the job, the rank where RANK is
-set, the device class, the event, and in the _info family the releases and
-the library's on/off words."""
+Labels are bounded (no pid, path or time): the training job (JOB_LABEL),
+the rank where RANK is set, the device class, the event, and in the _info
+family the releases and the library's on/off words.
+
+The job's label is not `job`: Prometheus gives every scraped series the
+scrape's own `job` and `instance`, and under its default honor_labels: false
+renames a target's `job` to `exported_job`, so that `sum by (job)` would
+group by the exporter. A fleet report's families carry _fleet_ in their
+names (FLEET_FAMILIES), so that its file can sit beside the per-process ones
+in one textfile directory without a series of the same name and labels (which
+node_exporter drops) and without counting a job twice in one sum."""
 
 from __future__ import annotations
 
@@ -70,6 +78,22 @@ SINGLE_THREADED_SECONDS = Family(
 )
 #: In the order the text gives them.
 FAMILIES = (INFO, PASSES, EVENTS, PAIRS, MULTITHREADED_SECONDS, SINGLE_THREADED_SECONDS)
+#: The label that names the training job.
+JOB_LABEL = "training_job"
+_PREFIX = "autograd_device_logging_"
+
+
+def _fleet(family: Family) -> Family:
+    return dataclasses.replace(
+        family,
+        name=family.name.replace(_PREFIX, _PREFIX + "fleet_", 1),
+        help=family.help + " Per job, over a fleet report's records.",
+    )
+
+
+#: The families of a fleet report's --prometheus, by the process family.
+FLEET = {family: _fleet(family) for family in (INFO, PASSES, EVENTS, PAIRS)}
+FLEET_FAMILIES = tuple(FLEET.values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +116,7 @@ def process_samples(record: dict, with_job: bool = True) -> List[Sample]:
     """The samples of one process's record (schema/process_record.schema.json),
     as its textfile holds them. Without `with_job` the job is left to the
     caller (OTLP puts it on the resource)."""
-    own = ({"job": record["job"]} if with_job else {}) | _rank_labels(record)
+    own = ({JOB_LABEL: record["job"]} if with_job else {}) | _rank_labels(record)
     cost = record.get("threading_cost")
     state = (
         "disabled"
@@ -139,26 +163,26 @@ def process_samples(record: dict, with_job: bool = True) -> List[Sample]:
 
 def fleet_samples(report: dict, all_jobs: str) -> List[Sample]:
     """The samples of a fleet report's --json (schema/fleet_report.schema.json),
-    per job (`all_jobs`, the report's total row, is left out: PromQL sums).
-    The fleet holds no per-pass durations, so the two seconds families are
-    the textfile's alone."""
+    per job (`all_jobs`, the report's total row, is left out: PromQL sums), in
+    the _fleet_ families. The fleet holds no per-pass durations, so the two
+    seconds families are the textfile's alone."""
     short = _record_fields().EVENTS  # the report's short name of each event
     samples: List[Sample] = []
     for job, summary in report["jobs"].items():
         if job == all_jobs:
             continue
-        own = {"job": job}
-        samples += [Sample(INFO, own | {"torch": t}, 1) for t in summary["torch"]]
+        own = {JOB_LABEL: job}
+        samples += [Sample(FLEET[INFO], own | {"torch": t}, 1) for t in summary["torch"]]
         passes = summary.get("passes_per_class")
         if passes is not None:
-            samples += [Sample(PASSES, own | {"class": c}, n) for c, n in passes.items()]
+            samples += [Sample(FLEET[PASSES], own | {"class": c}, n) for c, n in passes.items()]
         with_event = summary["processes_with"]
         samples += [
-            Sample(EVENTS, own | {"event": e}, with_event.get(short.get(e, e), 0))
+            Sample(FLEET[EVENTS], own | {"event": e}, with_event.get(short.get(e, e), 0))
             for e in _known_then_other(vocabulary.EVENTS, with_event, set(short.values()))
         ]
         for c, cost in (summary.get("threading_cost") or {}).items():
-            samples.append(Sample(PAIRS, own | {"class": c}, cost["pairs"]))
+            samples.append(Sample(FLEET[PAIRS], own | {"class": c}, cost["pairs"]))
     return samples
 
 
@@ -174,7 +198,7 @@ def _record_fields():
 
 
 def by_family(samples: Iterable[Sample]) -> Dict[Family, List[Sample]]:
-    out: Dict[Family, List[Sample]] = {family: [] for family in FAMILIES}
+    out: Dict[Family, List[Sample]] = {family: [] for family in FAMILIES + FLEET_FAMILIES}
     for sample in samples:
         out[sample.family].append(sample)
     return out

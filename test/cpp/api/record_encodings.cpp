@@ -78,19 +78,22 @@ TEST(PrometheusText, OneHelpAndTypePerFamilyAndATrailingNewline) {
   EXPECT_EQ(
       count(
           lines,
-          "autograd_device_logging_backward_passes_total{job=\"job-1\","
+          "autograd_device_logging_backward_passes_total{training_job=\"job-"
+          "1\","
           "rank=\"3\",class=\"accelerator_cpu\"} 3"),
       1);
   EXPECT_EQ(
       count(
           lines,
-          "autograd_device_logging_events_total{job=\"job-1\",rank=\"3\","
+          "autograd_device_logging_events_total{training_job=\"job-1\",rank="
+          "\"3\","
           "event=\"torch.autograd.gpu_cpu_backward\"} 1"),
       1);
   EXPECT_EQ(
       count(
           lines,
-          "autograd_device_logging_events_total{job=\"job-1\",rank=\"3\","
+          "autograd_device_logging_events_total{training_job=\"job-1\",rank="
+          "\"3\","
           "event=\"torch.autograd.multidevice_backward\"} 0"),
       1);
   // Base units: seconds, summed over the class's pairs.
@@ -98,20 +101,21 @@ TEST(PrometheusText, OneHelpAndTypePerFamilyAndATrailingNewline) {
       count(
           lines,
           "autograd_device_logging_threading_cost_single_threaded_seconds_total"
-          "{job=\"job-1\",rank=\"3\",class=\"single_accelerator\"} "
+          "{training_job=\"job-1\",rank=\"3\",class=\"single_accelerator\"} "
           "2.000000000"),
       1);
   EXPECT_EQ(
       count(
           lines,
           "autograd_device_logging_threading_cost_multithreaded_seconds_total"
-          "{job=\"job-1\",rank=\"3\",class=\"single_accelerator\"} "
+          "{training_job=\"job-1\",rank=\"3\",class=\"single_accelerator\"} "
           "1.250000000"),
       1);
   EXPECT_EQ(
       count(
           lines,
-          "autograd_device_logging_threading_cost_pairs_total{job=\"job-1\","
+          "autograd_device_logging_threading_cost_pairs_total{training_job="
+          "\"job-1\","
           "rank=\"3\",class=\"single_accelerator\"} 2"),
       1);
 }
@@ -128,7 +132,7 @@ TEST(PrometheusText, AnUnsetRankIsNoLabel) {
   s.rank = "";
   const std::string text = encode_prometheus_text(s);
   EXPECT_EQ(text.find("rank="), std::string::npos);
-  EXPECT_NE(text.find("{job=\"job-1\",event="), std::string::npos);
+  EXPECT_NE(text.find("{training_job=\"job-1\",event="), std::string::npos);
 }
 
 TEST(PrometheusText, LabelValuesAreEscapedUtf8) {
@@ -136,7 +140,7 @@ TEST(PrometheusText, LabelValuesAreEscapedUtf8) {
   s.job = std::string("a\"b\\c\nd\xff") + "e";
   const std::string text = encode_prometheus_text(s);
   EXPECT_NE(
-      text.find("job=\"a\\\"b\\\\c\\nd\xef\xbf\xbd"
+      text.find("training_job=\"a\\\"b\\\\c\\nd\xef\xbf\xbd"
                 "e\""),
       std::string::npos)
       << text;

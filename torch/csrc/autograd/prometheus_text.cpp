@@ -141,7 +141,7 @@ uint64_t fnv1a(const std::string& bytes) {
 } // namespace
 
 std::string encode_prometheus_text(const ProcessSnapshot& s) {
-  Exposition out({{"job", s.job}, {"rank", s.rank}});
+  Exposition out({{"training_job", s.job}, {"rank", s.rank}});
   out.family(kInfo);
   out.sample(
       {{"torch", s.torch_running},
