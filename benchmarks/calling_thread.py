@@ -116,7 +116,8 @@ def child(args):
     import torch
 
     if args.mode == "switch":
-        torch.autograd.set_multithreading_enabled(False)
+        # Kept: on torch 2.0 the setting lasts only as long as this object.
+        switch = torch.autograd.set_multithreading_enabled(False)  # noqa: F841
     model, x, loss_of = build(args.model, "cuda:0")
     # Where the pass's root node and its last node (the first layer's
     # gradient) ran: on the thread that called backward(), or on a device

@@ -274,8 +274,9 @@ class TestCallingThread(TestCase):
 MODES = {
     "stock": ({}, False),
     "opt-in": (ON, False),
-    # torch.autograd.set_multithreading_enabled(False), the whole-process
-    # switch the opt-in is held to.
+    # Multithreading off for the whole process
+    # (torch.autograd.set_multithreading_enabled(False)'s flag), the switch
+    # the opt-in is held to.
     "switch": ({}, True),
 }
 PASSES = 30
@@ -284,9 +285,16 @@ MECHANISM = """
 import threading, json
 from torch.utils.checkpoint import checkpoint
 
-if SWITCH:
-    torch.autograd.set_multithreading_enabled(False)
 caller = threading.get_ident()
+# The flag torch.autograd.set_multithreading_enabled sets, read and set
+# through the library: torch 2.0 has no is_multithreading_enabled(), and its
+# set_multithreading_enabled(False) holds only while the returned object
+# lives.
+lib = autograd_device_logging._activation.library()
+def multithreading_enabled():
+    return bool(lib.autograd_device_logging_multithreading_enabled())
+if SWITCH:
+    lib.autograd_device_logging_set_multithreading_enabled(0)
 
 def sleeps():
     with open("/proc/thread-self/status") as f:
@@ -312,7 +320,7 @@ class Pass:
     def hook(self, into):
         def record(*args):
             into.append(threading.get_ident() == caller)
-            self.mode_in_hooks.append(torch.autograd.is_multithreading_enabled())
+            self.mode_in_hooks.append(multithreading_enabled())
         return record
     def watch_first(self, t):
         # A hook on the output that the pass starts from runs in the pre-hook
@@ -423,7 +431,7 @@ for name, run in [
 ]:
     run(Pass())  # warm-up: device threads started, kernels loaded
     passes, slept, results = [], 0, set()
-    mode_before = torch.autograd.is_multithreading_enabled()
+    mode_before = multithreading_enabled()
     for _ in range(PASSES):
         p = Pass()
         before = sleeps()
@@ -436,7 +444,7 @@ for name, run in [
         "sleeps_per_pass": slept / PASSES,
         "mode_in_hooks": sorted(set(m for p in passes for m in p.mode_in_hooks)),
         "mode_before": mode_before,
-        "mode_after": torch.autograd.is_multithreading_enabled(),
+        "mode_after": multithreading_enabled(),
         "results": sorted(results),
     }
 print("RESULT " + json.dumps(out), flush=True)
