@@ -38,9 +38,10 @@ from torch.testing._internal.common_utils import TestCase, run_tests
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
-USAGE = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "usage.md"
-)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USAGE = os.path.join(REPO, "docs", "usage.md")
+MONITORING = os.path.join(REPO, "monitoring")
+DASHBOARD = os.path.join(MONITORING, "grafana-dashboard.json")
 STALL_FSYNC_LIBRARY = os.path.join(BUILD_DIR, "test", "libadl_test_stall_fsync.so")
 INSTALL_TOOLS = "apt-get install prometheus-node-exporter prometheus (.ci/run's set-up does)"
 
@@ -544,6 +545,18 @@ def docs_queries():
     return [" ".join(q.split()) for q in re.findall(r"```promql\n(.*?)```", text, re.S)]
 
 
+def dashboard_queries():
+    """Every query of monitoring/grafana-dashboard.json, its variables given
+    the values of "all jobs" and a 1 m rate interval."""
+    with open(DASHBOARD) as f:
+        dashboard = json.load(f)
+    return [
+        target["expr"].replace("$training_job", ".*").replace("$__rate_interval", "1m")
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+    ]
+
+
 class Started:
     """A server process on a free loopback port, stopped at cleanup."""
 
@@ -684,12 +697,65 @@ class TestPrometheusServer(TestCase):
         (fleet,) = [q for q in queries if q.endswith("> 0") and "fleet" in q]
         self.assertEqual({row["metric"]["training_job"] for row in self.query(fleet)}, {"train-a"})
 
+    def test_the_dashboards_queries_answer(self):
+        queries = dashboard_queries()
+        for promql in queries:
+            self.query(promql)
+        # Its first two panels: the jobs that rely on multithreaded autograd,
+        # from the processes' files and from the fleet's.
+        for promql in queries[:2]:
+            self.assertEqual(
+                {(r["metric"]["training_job"], r["metric"]["event"]) for r in self.query(promql)},
+                {
+                    ("train-a", e)
+                    for e in (
+                        "torch.autograd.multidevice_backward",
+                        "torch.autograd.gpu_cpu_backward",
+                    )
+                },
+            )
+
     def test_the_fleet_file_and_the_processes_files_agree_without_a_double_count(self):
         per_process = self.query("sum by (training_job) (autograd_device_logging_events_total)")
         fleet = self.query("sum by (training_job) (autograd_device_logging_fleet_events_total)")
         as_dict = lambda rows: {r["metric"]["training_job"]: r["value"][1] for r in rows}
         self.assertEqual(as_dict(per_process), as_dict(fleet))
         self.assertEqual(as_dict(per_process)["train-a"], "4")  # 2 ranks x 2 events
+
+
+class TestMonitoring(TestCase):
+    """monitoring/: the Prometheus rules pass promtool's check and its unit
+    tests (monitoring/prometheus-rules.test.yml), and the Grafana dashboard
+    asks only for families the library writes (its queries run against a real
+    Prometheus in TestPrometheusServer)."""
+
+    def test_the_rules_pass_promtools_check_and_unit_tests(self):
+        if PROMTOOL is None:
+            self.fail(f"promtool is not installed: {INSTALL_TOOLS}")
+        for command in (
+            ["check", "rules", "prometheus-rules.yml"],
+            ["test", "rules", "prometheus-rules.test.yml"],
+        ):
+            proc = subprocess.run(
+                [PROMTOOL, *command], cwd=MONITORING, capture_output=True, text=True, timeout=120
+            )
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            self.assertIn("SUCCESS", proc.stdout)
+
+    def test_the_dashboard_asks_only_for_the_librarys_families(self):
+        families_module = report_modules_with_metric_families()
+        known = {f.name for f in families_module.FAMILIES + families_module.FLEET_FAMILIES}
+        queries = dashboard_queries()
+        self.assertGreaterEqual(len(queries), 5)
+        for promql in queries:
+            asked = set(re.findall(r"autograd_device_logging_\w+", promql))
+            self.assertTrue(asked, promql)
+            self.assertLessEqual(asked, known, promql)
+        with open(DASHBOARD) as f:
+            dashboard = json.load(f)
+        variables = {v["name"] for v in dashboard["templating"]["list"]}
+        self.assertEqual(variables, {"datasource", "training_job"})
+        self.assertEqual(len({p["id"] for p in dashboard["panels"]}), len(dashboard["panels"]))
 
 
 def report_modules_with_metric_families():
