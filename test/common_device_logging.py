@@ -83,6 +83,19 @@ class ChildResult:
                 self.status = json.loads(line[len("STATUS ") :])
 
 
+def program_job(program, host):
+    """The job of `program` on `host` where nothing job-wide names one (Note
+    [No path in a job's name], process_identity.h): a path's file name and a
+    hash (FNV-1a, 32 bits) of the whole path; "-m MODULE" and "-c" as they
+    are."""
+    if "/" not in program:
+        return f"{program}@{host}"
+    h = 2166136261
+    for byte in program.encode():
+        h = ((h ^ byte) * 16777619) & 0xFFFFFFFF
+    return f"{program.rsplit('/', 1)[1]}-{h:08x}@{host}"
+
+
 def run_child(args, env_extra=None, with_package=True, stdin_code=None):
     env = dict(os.environ)
     env["PYTORCH_API_USAGE_STDERR"] = "1"

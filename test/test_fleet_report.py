@@ -25,6 +25,7 @@ from common_device_logging import (
     WITH_TEST_ACCELERATOR,
     child_env,
     known_values_outside_the_schema,
+    program_job,
     report_modules,
     require_built,
     synthetic_record,
@@ -170,7 +171,7 @@ class TestFleetReport(TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         (record,) = self.records()
         self.assertEqual(record["program"], script)
-        self.assertEqual(record["job"], f"{script}@{socket.gethostname()}")
+        self.assertEqual(record["job"], program_job(script, socket.gethostname()))
         self.assertEqual(record["job_source"], "program")
         self.assertEqual(record["role"], "other")
         self.assertEqual(record["written_at"], "exit")

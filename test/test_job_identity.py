@@ -6,6 +6,8 @@ case is a fresh process that writes a record into its own directory."""
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +21,7 @@ from common_device_logging import (
     RECORD_ON_DISK_WITHIN_S,
     RECORD_SCHEMA,
     child_env,
+    program_job,
     report_modules,
     require_built,
 )
@@ -115,7 +118,7 @@ class TestJobIdentity(TestCase):
         return record["program"], record["job"], record["job_source"]
 
     def test_one_script_is_one_job_however_it_ends(self):
-        expected = (self.script, f"{self.script}@{HOST}", "program")
+        expected = (self.script, program_job(self.script, HOST), "program")
         for how, status in STATUS.items():
             (record,) = self.records_of([self.script, how], status)
             self.assertEqual(self.identity(record), expected, how)
@@ -128,8 +131,19 @@ class TestJobIdentity(TestCase):
                 how,
             )
 
+    def test_a_scripts_job_names_no_directory_and_tells_directories_apart(self):
+        other = os.path.join(self.tmp.name, "elsewhere")
+        os.makedirs(other)
+        twin = os.path.join(other, "train.py")
+        shutil.copy(self.script, twin)
+        jobs = [self.records_of([path, "normal"])[0]["job"] for path in (self.script, twin)]
+        for job in jobs:
+            self.assertNotIn("/", job)
+            self.assertRegex(job, rf"^train\.py-[0-9a-f]{{8}}@{re.escape(HOST)}$")
+        self.assertNotEqual(jobs[0], jobs[1])
+
     def test_the_launcher_names_the_same_job(self):
-        expected = (self.script, f"{self.script}@{HOST}", "program")
+        expected = (self.script, program_job(self.script, HOST), "program")
         for how in ("normal", "sigkill"):
             (record,) = self.records_of(
                 ["-m", "autograd_device_logging", self.script, how], STATUS[how]
@@ -172,7 +186,7 @@ class TestJobIdentity(TestCase):
         records = self.records_of([script])
         self.assertEqual(len(records), 2, records)
         self.assertEqual(
-            {(r["job"], r["job_source"]) for r in records}, {(f"{script}@{HOST}", "program")}
+            {(r["job"], r["job_source"]) for r in records}, {(program_job(script, HOST), "program")}
         )
         (parent,) = [r for r in records if r["parent"]["pid"] == os.getpid()]
         (child,) = [r for r in records if r is not parent]

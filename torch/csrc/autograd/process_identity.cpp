@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/process_identity.h>
 
 #include <cstdlib>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <new>
@@ -126,6 +127,27 @@ const ProcessIdentity& process_identity() noexcept {
   return identity != nullptr ? *identity : empty;
 }
 
+namespace {
+
+// Note [No path in a job's name] (process_identity.h).
+std::string program_without_path(const std::string& program) {
+  const size_t slash = program.rfind('/');
+  if (slash == std::string::npos) {
+    return program;
+  }
+  // FNV-1a, 32 bits, of the whole program as given.
+  uint32_t hash = 2166136261u;
+  for (const char c : program) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 16777619u;
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", hash);
+  return program.substr(slash + 1) + "-" + hex;
+}
+
+} // namespace
+
 std::pair<std::string, std::string> job_and_source(
     const ProcessIdentity& identity,
     const std::string& program) {
@@ -133,8 +155,9 @@ std::pair<std::string, std::string> job_and_source(
     return {identity.job, identity.job_source};
   }
   return {
-      (identity.inherited_program.empty() ? program
-                                          : identity.inherited_program) +
+      program_without_path(
+          identity.inherited_program.empty() ? program
+                                             : identity.inherited_program) +
           "@" + identity.host,
       "program"};
 }

@@ -75,6 +75,14 @@ const ProcessIdentity& process_identity() noexcept;
 
 // The job's name and what named it, with `program` where nothing job-wide
 // names it (Note [Which job a process belongs to]).
+// Note [No path in a job's name]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A program named by its path (a script's) names its job by the file's name
+// and a hash of the whole path, "train.py-1a2b3c4d@host": no directory leaks
+// into telemetry labels and dashboards, the name is the same for every run
+// of that script, and two scripts of one name in different directories stay
+// two jobs, as a record must never be merged into another's job. "-m MODULE"
+// and "-c" have no path and are kept as they are.
 std::pair<std::string, std::string> job_and_source(
     const ProcessIdentity& identity,
     const std::string& program);
