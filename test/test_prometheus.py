@@ -69,6 +69,15 @@ def families(text):
     return out
 
 
+def cpu_only_passes(served):
+    (value,) = [
+        v
+        for k, v in served["autograd_device_logging_backward_passes_total"].items()
+        if dict(k)["class"] == "cpu_only"
+    ]
+    return value
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -186,7 +195,7 @@ class TestPrometheusTextfile(TestCase):
         info = dict(info)
         self.assertEqual(info["torch"], record["torch"]["running"])
         self.assertEqual(
-            (info["state"], info["statistics"], info["calling_thread"]), ("active", "on", "off")
+            (info["state"], info["statistics"], info["calling_thread"]), ("exited", "on", "off")
         )
         # Bounded labels only: no pid, host, path or time.
         names = {
@@ -213,6 +222,64 @@ class TestPrometheusTextfile(TestCase):
                 "calling_thread",
             },
         )
+
+    def test_a_running_jobs_file_follows_its_passes_and_says_when_it_exited(self):
+        # CPU passes for 3 s with a 1 s refresh (Note [The textfile is
+        # refreshed on an interval]); the file is read while the job runs.
+        code = (
+            "import autograd_device_logging, torch, time\n"
+            "a = torch.ones(4, requires_grad=True)\n"
+            "end, n = time.monotonic() + 3, 0\n"
+            "while time.monotonic() < end:\n"
+            "    (a * 2).sum().backward()\n"
+            "    n += 1\n"
+            "    time.sleep(0.01)\n"
+            "print('PASSES', n, flush=True)\n"
+        )
+        env = child_env(
+            self.records,
+            AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_DIR=self.dir,
+            AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_INTERVAL="1",
+            AUTOGRAD_DEVICE_LOGGING_STATS="1",
+        )
+        child = subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True
+        )
+        seen = []  # (passes, last update, state) while the job ran
+        while child.poll() is None:
+            names = [n for n in self.prom_files() if n.endswith(".prom")]
+            if names:
+                with open(os.path.join(self.dir, names[0])) as f:
+                    served = families(f.read())
+                if "autograd_device_logging_last_update_timestamp_seconds" in served:
+                    (info,) = served["autograd_device_logging_info"]
+                    ((_, updated),) = served[
+                        "autograd_device_logging_last_update_timestamp_seconds"
+                    ].items()
+                    seen.append((cpu_only_passes(served), updated, dict(info)["state"]))
+            time.sleep(0.2)
+        out, _ = child.communicate()
+        self.assertEqual(child.returncode, 0)
+        running = [row for row in seen if row[2] == "active"]
+        # Beyond the first pass's write: the counts grew while it ran, and
+        # the last update moved with them.
+        self.assertGreaterEqual(len({row[0] for row in running}), 2, seen)
+        self.assertGreater(max(row[0] for row in running), 1, seen)
+        self.assertGreater(max(row[1] for row in running), min(row[1] for row in running))
+        total = int(out.split()[-1])
+        final = families(self.only_text())
+        (info,) = final["autograd_device_logging_info"]
+        self.assertEqual(dict(info)["state"], "exited")
+        self.assertEqual(cpu_only_passes(final), total)
+
+    def test_a_bad_refresh_interval_is_one_line(self):
+        result = self.run_child(
+            "import autograd_device_logging, torch\n",
+            AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_INTERVAL="soon",
+        )
+        lines = [l for l in result.stderr.splitlines() if "PROMETHEUS_INTERVAL" in l]
+        self.assertEqual(len(lines), 1, result.stderr)
+        self.assertIn("refreshed every 15 s", lines[0])
 
     def test_the_library_and_the_package_encode_the_same_samples(self):
         # prometheus_text.cpp (C++) and metric_families.py (Python) spell the
@@ -260,7 +327,7 @@ class TestPrometheusTextfile(TestCase):
         # so it never replaces its rank's counts.
         with open(os.path.join(self.dir, names[0])) as f:
             rank0 = f.read()
-        self.assertIn('state="active"', rank0)
+        self.assertIn('state="exited"', rank0)
         self.run_child(NO_BACKWARD, AUTOGRAD_DEVICE_LOGGING_JOB="j", RANK="0")
         self.assertEqual(self.prom_files(), names)
         with open(os.path.join(self.dir, names[0])) as f:

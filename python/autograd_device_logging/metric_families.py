@@ -20,6 +20,7 @@ node_exporter drops) and without counting a job twice in one sum."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from typing import Dict, Iterable, List
 
 from . import vocabulary
@@ -45,6 +46,12 @@ INFO = Family(
     "autograd_device_logging_info",
     "gauge",
     "The torch release and the library's state (value 1).",
+)
+LAST_UPDATE = Family(
+    "autograd_device_logging_last_update_timestamp_seconds",
+    "gauge",
+    "When the process last wrote this file (Unix time, whole seconds).",
+    "s",
 )
 PASSES = Family(
     "autograd_device_logging_backward_passes_total",
@@ -77,7 +84,15 @@ SINGLE_THREADED_SECONDS = Family(
     "s",
 )
 #: In the order the text gives them.
-FAMILIES = (INFO, PASSES, EVENTS, PAIRS, MULTITHREADED_SECONDS, SINGLE_THREADED_SECONDS)
+FAMILIES = (
+    INFO,
+    LAST_UPDATE,
+    PASSES,
+    EVENTS,
+    PAIRS,
+    MULTITHREADED_SECONDS,
+    SINGLE_THREADED_SECONDS,
+)
 #: The label that names the training job.
 JOB_LABEL = "training_job"
 _PREFIX = "autograd_device_logging_"
@@ -107,6 +122,15 @@ def _on_off(on: bool) -> str:
     return "on" if on else "off"
 
 
+def _unix_seconds(utc: str) -> int:
+    """The record's "time" (YYYY-MM-DDTHH:MM:SSZ) as Unix time."""
+    return int(
+        datetime.datetime.strptime(utc, "%Y-%m-%dT%H:%M:%SZ")
+        .replace(tzinfo=datetime.timezone.utc)
+        .timestamp()
+    )
+
+
 def _rank_labels(record: dict) -> Dict[str, str]:
     rank = record.get("rank")
     return {} if rank is None else {"rank": str(rank)}
@@ -121,7 +145,11 @@ def process_samples(record: dict, with_job: bool = True) -> List[Sample]:
     state = (
         "disabled"
         if record.get("disabled_reason")
-        else "active" if record.get("ran_backward") else "idle"
+        else (
+            "exited"
+            if record.get("written_at") == "exit"
+            else "active" if record.get("ran_backward") else "idle"
+        )
     )
     samples = [
         Sample(
@@ -138,7 +166,8 @@ def process_samples(record: dict, with_job: bool = True) -> List[Sample]:
                 "calling_thread": _on_off(bool(record.get("calling_thread"))),
             },
             1,
-        )
+        ),
+        Sample(LAST_UPDATE, own, _unix_seconds(record["time"])),
     ]
     if record.get("pass_classes") is not None:
         samples += [

@@ -154,11 +154,22 @@ TEST(PrometheusText, LabelValuesAreEscapedUtf8) {
 TEST(PrometheusText, TheInfoSaysTheState) {
   ProcessSnapshot s = snapshot();
   s.calling_thread = true;
+  s.occasion = "interval";
   EXPECT_NE(
       encode_prometheus_text(s).find(
           "state=\"active\",statistics=\"off\",threading_cost=\"off\","
           "calling_thread=\"on\"} 1"),
       std::string::npos);
+  // The exit write says the process is gone, and when it wrote last.
+  s.occasion = "exit";
+  s.time_ns = 1700000000999999999;
+  const std::string exited = encode_prometheus_text(s);
+  EXPECT_NE(exited.find("state=\"exited\""), std::string::npos);
+  EXPECT_NE(
+      exited.find("\nautograd_device_logging_last_update_timestamp_seconds{"
+                  "training_job=\"job-1\",rank=\"3\"} 1700000000\n"),
+      std::string::npos)
+      << exited;
   s.disabled_reason = "a reason with a path /x/y";
   const std::string text = encode_prometheus_text(s);
   EXPECT_NE(text.find("state=\"disabled\""), std::string::npos);

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -158,6 +160,30 @@ bool write_prometheus_file(const std::string& dir, const ProcessSnapshot& s) {
   return false;
 }
 
+// AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_INTERVAL, whole seconds (Note [The
+// textfile is refreshed on an interval], record_writer.h); a value that is
+// not one is one warning, and the default.
+std::chrono::milliseconds textfile_refresh_interval_from_environment() {
+  constexpr long kDefaultSeconds = 15;
+  const char* text = std::getenv("AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_INTERVAL");
+  if (text == nullptr || *text == '\0') {
+    return std::chrono::seconds(kDefaultSeconds);
+  }
+  char* end = nullptr;
+  errno = 0;
+  const long seconds = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || seconds < 0 ||
+      seconds > 86400) {
+    warn_to_stderr(
+        std::string("AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_INTERVAL=") + text +
+        " is not a whole number of seconds from 0 to 86400; the textfile is "
+        "refreshed every " +
+        std::to_string(kDefaultSeconds) + " s.");
+    return std::chrono::seconds(kDefaultSeconds);
+  }
+  return std::chrono::seconds(seconds);
+}
+
 } // namespace
 
 void arm_process_record_from_environment() noexcept {
@@ -175,6 +201,8 @@ void arm_prometheus_textfile_from_environment() noexcept {
     const char* dir = std::getenv("AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_DIR");
     if (dir != nullptr && *dir != '\0') {
       arm(&Outputs::prometheus_dir, dir);
+      set_textfile_refresh_interval(
+          textfile_refresh_interval_from_environment());
     }
   } catch (...) {
   }
@@ -212,7 +240,7 @@ int record_measured_pair(
   return 1;
 }
 
-bool write_outputs_on_the_writer_thread(const char* occasion) noexcept {
+bool write_outputs_on_the_writer_thread(uint32_t occasions) noexcept {
   try {
     std::string record_dir;
     std::string prometheus_dir;
@@ -221,11 +249,18 @@ bool write_outputs_on_the_writer_thread(const char* occasion) noexcept {
       record_dir = outputs().record_dir;
       prometheus_dir = outputs().prometheus_dir;
     }
+    if (occasions == kRecordTextfileRefresh) {
+      // Note [The textfile is refreshed on an interval] (record_writer.h).
+      record_dir.clear();
+    }
     if (record_dir.empty() && prometheus_dir.empty()) {
       return false;
     }
+    // A refresh writes no record, so "interval" is no record's written_at.
     const ProcessSnapshot snapshot = take_process_snapshot(
-        occasion, /*sample_placement=*/!record_dir.empty());
+        occasions == kRecordTextfileRefresh ? "interval"
+                                            : record_occasion_name(occasions),
+        /*sample_placement=*/!record_dir.empty());
     bool written = true;
     if (!record_dir.empty()) {
       written = write_record_file(record_dir, snapshot) && written;

@@ -93,11 +93,12 @@ int job_wide_name(char* out, size_t size) noexcept;
 // when the wait ran out, or, after one warning, when it cannot be written.
 bool write_process_record() noexcept;
 
-// Takes one snapshot and replaces each armed output's file (the record, the
-// Prometheus textfile); only the writer thread calls it (record_writer.cpp).
-// False when no output is armed or, after one warning per output and
-// process, when one cannot be written.
-bool write_outputs_on_the_writer_thread(const char* occasion) noexcept;
+// Takes one snapshot for `occasions` (RecordOccasion bits) and replaces
+// each armed output's file (the record, the Prometheus textfile; the
+// textfile alone for kRecordTextfileRefresh); only the writer thread calls
+// it (record_writer.cpp). False when no output is armed or, after one
+// warning per output and process, when one cannot be written.
+bool write_outputs_on_the_writer_thread(uint32_t occasions) noexcept;
 
 // Has the writer thread serve the write points even with no output armed,
 // for a follower in another thread (the Python package's OTLP export):

@@ -27,6 +27,10 @@ constexpr Family kInfo = {
     "autograd_device_logging_info",
     "gauge",
     "The torch release and the library's state (value 1)."};
+constexpr Family kLastUpdate = {
+    "autograd_device_logging_last_update_timestamp_seconds",
+    "gauge",
+    "When the process last wrote this file (Unix time, whole seconds)."};
 constexpr Family kPasses = {
     "autograd_device_logging_backward_passes_total",
     "counter",
@@ -149,13 +153,16 @@ std::string encode_prometheus_text(const ProcessSnapshot& s) {
        {"library_version", s.library_version},
        {"events_logged_by", s.torch_logs_events ? "torch" : "library"},
        {"state",
-        s.disabled_reason    ? "disabled"
-            : s.ran_backward ? "active"
-                             : "idle"},
+        s.disabled_reason          ? "disabled"
+            : s.occasion == "exit" ? "exited"
+            : s.ran_backward       ? "active"
+                                   : "idle"},
        {"statistics", on_off(s.pass_classes.has_value())},
        {"threading_cost", on_off(s.threading_cost.has_value())},
        {"calling_thread", on_off(s.calling_thread)}},
       "1");
+  out.family(kLastUpdate);
+  out.sample({}, std::to_string(s.time_ns / 1000000000));
   if (s.pass_classes) {
     out.family(kPasses);
     for (int i = 0; i < kNumBackwardDeviceClasses; ++i) {

@@ -32,6 +32,8 @@ struct Writer {
   std::atomic<pid_t> started_in{0};
   // Exit gave up waiting (stop_record_writer()).
   std::atomic<bool> stopped{false};
+  // Note [The textfile is refreshed on an interval]; 0: none.
+  std::atomic<int64_t> refresh_ms{0};
   sem_t wake;
   // Guards `completed` and `last_written`; held only between writes, never
   // during one, and only by the writer thread and the threads that wait.
@@ -73,22 +75,68 @@ void reset_in_child() {
   writer().reset();
 }
 
+// `clock`'s time `limit` from now: CLOCK_MONOTONIC for
+// pthread_cond_timedwait on Writer::done, CLOCK_REALTIME for sem_timedwait.
+timespec deadline_after(
+    std::chrono::milliseconds limit,
+    clockid_t clock = CLOCK_MONOTONIC) noexcept {
+  timespec deadline{};
+  clock_gettime(clock, &deadline);
+  const auto ns = deadline.tv_nsec +
+      std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
+  deadline.tv_sec += static_cast<time_t>(ns / 1000000000);
+  deadline.tv_nsec = static_cast<long>(ns % 1000000000);
+  return deadline;
+}
+
+// Waits for a request; false when the refresh interval (Note [The textfile
+// is refreshed on an interval]) passed first.
+bool wait_for_request(Writer& w, timespec& next_refresh) {
+  for (;;) {
+    const int64_t refresh_ms = w.refresh_ms.load(std::memory_order_relaxed);
+    if (refresh_ms <= 0) {
+      if (sem_wait(&w.wake) == 0) {
+        return true;
+      }
+      continue; // EINTR
+    }
+    if (next_refresh.tv_sec == 0) {
+      next_refresh =
+          deadline_after(std::chrono::milliseconds(refresh_ms), CLOCK_REALTIME);
+    }
+    if (sem_timedwait(&w.wake, &next_refresh) == 0) {
+      return true;
+    }
+    if (errno == ETIMEDOUT) {
+      next_refresh =
+          deadline_after(std::chrono::milliseconds(refresh_ms), CLOCK_REALTIME);
+      return false;
+    }
+  }
+}
+
 void* run_writer(void*) {
   pthread_setname_np(pthread_self(), "adl_record");
   Writer& w = writer();
+  timespec next_refresh{};
   for (;;) {
-    if (sem_wait(&w.wake) != 0) {
-      continue; // EINTR
-    }
+    const bool requested = wait_for_request(w, next_refresh);
     if (w.stopped.load(std::memory_order_acquire)) {
       return nullptr;
+    }
+    if (!requested) {
+      write_outputs_on_the_writer_thread(kRecordTextfileRefresh);
+      continue;
     }
     const uint64_t served = w.requested.load(std::memory_order_acquire);
     const uint32_t occasions = w.pending.exchange(0, std::memory_order_acq_rel);
     bool written = false;
+    if (occasions & kRecordAtExit) {
+      // The exit write is the last: no refresh may undo what it says.
+      w.refresh_ms.store(0, std::memory_order_relaxed);
+    }
     if (occasions != 0) {
-      written =
-          write_outputs_on_the_writer_thread(record_occasion_name(occasions));
+      written = write_outputs_on_the_writer_thread(occasions);
     }
     pthread_mutex_lock(&w.mutex);
     w.completed = std::max(w.completed, served);
@@ -138,18 +186,6 @@ bool ensure_running(Writer& w) noexcept {
     return false;
   }
   return true;
-}
-
-// CLOCK_MONOTONIC's time `limit` from now, for pthread_cond_timedwait on
-// Writer::done.
-timespec deadline_after(std::chrono::milliseconds limit) noexcept {
-  timespec deadline{};
-  clock_gettime(CLOCK_MONOTONIC, &deadline);
-  const auto ns = deadline.tv_nsec +
-      std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
-  deadline.tv_sec += static_cast<time_t>(ns / 1000000000);
-  deadline.tv_nsec = static_cast<long>(ns % 1000000000);
-  return deadline;
 }
 
 uint64_t post(Writer& w, RecordOccasion occasion) noexcept {
@@ -227,6 +263,11 @@ uint64_t wait_for_record_write(
   const uint64_t completed = w.completed;
   pthread_mutex_unlock(&w.mutex);
   return completed;
+}
+
+void set_textfile_refresh_interval(
+    std::chrono::milliseconds interval) noexcept {
+  writer().refresh_ms.store(interval.count(), std::memory_order_relaxed);
 }
 
 void stop_record_writer() noexcept {

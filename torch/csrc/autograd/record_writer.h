@@ -43,6 +43,9 @@ enum RecordOccasion : uint8_t {
   kRecordAtEvent = 1u << 2,
   kRecordExplicit = 1u << 3,
   kRecordAtExit = 1u << 4,
+  // The writer thread's own, every refresh interval: the Prometheus textfile
+  // alone (Note [The textfile is refreshed on an interval]).
+  kRecordTextfileRefresh = 1u << 5,
 };
 
 // The bound on how long after a request the record is on disk, on storage
@@ -75,6 +78,18 @@ uint64_t wait_for_record_write(
 
 // After exit gave up waiting: the writer thread writes nothing more.
 void stop_record_writer() noexcept;
+
+// Note [The textfile is refreshed on an interval]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The record's write points (first pass, an event, a measured pair, exit)
+// leave a running job's counts behind for as long as it runs, and a killed
+// job's for good. With a refresh interval set (the Prometheus textfile
+// armed; AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_INTERVAL, seconds, default 15,
+// 0 for none), the writer thread also wakes on its own once per interval and
+// rewrites the textfile alone from a fresh snapshot: one write per interval
+// however many passes ran, on the writer thread, never on a thread that runs
+// backward. A process that ran no backward pass still writes none.
+void set_textfile_refresh_interval(std::chrono::milliseconds interval) noexcept;
 
 // The record's written_at for a set of RecordOccasion bits.
 const char* record_occasion_name(uint32_t occasions) noexcept;
