@@ -152,20 +152,6 @@ def callers_own_setting_off():
     finally:
         lib.autograd_device_logging_set_multithreading_enabled(before)
 
-def two_devices_inside_a_hook(p):
-    # A two-device pass started from a hook of a single-device pass: the
-    # outer pass's node is on the calling thread, the inner pass is not.
-    a = data(d0)[1]
-    inner = []
-    def hook(g):
-        with torch.enable_grad():
-            inner.append(two_devices(p))
-        return g
-    b = a * 2
-    b.register_hook(hook)
-    b.sum().backward()
-    return inner + bits(a.grad)
-
 out = {}
 for name, run in [
     ("single_device", single_device),

@@ -42,6 +42,15 @@ b = a.detach().to(d0).requires_grad_()
 EXPORT_BOUND_S = 2.0
 
 
+def serve_on_loopback(handler):
+    """A threading HTTP server of `handler` on a free loopback port, serving
+    from a daemon thread."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 class Receiver:
     """An OTLP/HTTP metrics receiver on loopback."""
 
@@ -65,9 +74,7 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.server = serve_on_loopback(Handler)
 
     @property
     def endpoint(self):
@@ -78,7 +85,7 @@ class Receiver:
         self.server.server_close()
 
 
-class Refusing:
+class Refusing(Receiver):
     """An HTTP endpoint on loopback that answers every request with
     `status`, or, with status None, accepts connections and never answers."""
 
@@ -100,19 +107,11 @@ class Refusing:
                 pass
 
         self.closed = threading.Event()
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def endpoint(self):
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server = serve_on_loopback(Handler)
 
     def close(self):
         self.closed.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().close()
 
 
 def attributes(key_values):

@@ -69,6 +69,17 @@ def families(text):
     return out
 
 
+def report_to_prometheus(records, path):
+    """`report RECORDS --prometheus PATH` in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "autograd_device_logging", "report", records, "--prometheus", path],
+        env=child_env(""),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def cpu_only_passes(served):
     (value,) = [
         v
@@ -564,20 +575,7 @@ class TestFleetPrometheus(TestCase):
 
     def test_a_bad_prometheus_path_is_one_line(self):
         with tempfile.TemporaryDirectory() as tmp:
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "autograd_device_logging",
-                    "report",
-                    tmp,
-                    "--prometheus",
-                    os.path.join(tmp, "no", "f.prom"),
-                ],
-                env=child_env(""),
-                capture_output=True,
-                text=True,
-            )
+            proc = report_to_prometheus(tmp, os.path.join(tmp, "no", "f.prom"))
             self.assertEqual(proc.returncode, 2)
             self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
             self.assertIn("no such folder", proc.stderr)
@@ -585,20 +583,7 @@ class TestFleetPrometheus(TestCase):
     def test_a_fleet_file_node_exporter_would_not_read_is_refused(self):
         with tempfile.TemporaryDirectory() as tmp:
             for name in ("fleet.txt", ".fleet.prom"):
-                proc = subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "autograd_device_logging",
-                        "report",
-                        tmp,
-                        "--prometheus",
-                        os.path.join(tmp, name),
-                    ],
-                    env=child_env(""),
-                    capture_output=True,
-                    text=True,
-                )
+                proc = report_to_prometheus(tmp, os.path.join(tmp, name))
                 self.assertEqual(proc.returncode, 2, name)
                 self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
                 self.assertIn("reads only *.prom files", proc.stderr)
