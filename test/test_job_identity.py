@@ -203,43 +203,59 @@ class TestJobIdentity(TestCase):
             import autograd_device_logging
             import torch
             import torch.distributed as dist
-            dist.init_process_group("gloo")
-            x = torch.ones(2, requires_grad=True)
-            (x * (dist.get_rank() + 1)).sum().backward()
-            dist.destroy_process_group()
+            import torch.multiprocessing as mp
+
+            def child(_):
+                x = torch.ones(2, requires_grad=True)
+                x.sum().backward()
+
+            if __name__ == "__main__":
+                dist.init_process_group("gloo")
+                x = torch.ones(2, requires_grad=True)
+                (x * (dist.get_rank() + 1)).sum().backward()
+                if dist.get_rank() == 0:
+                    mp.spawn(child, nprocs=1)
+                dist.destroy_process_group()
             """,
         )
-        # The launcher runs torchrun's agent in its own process, so the
-        # agent keeps a record too.
-        records = self.records_of(
-            [
-                "-m",
-                "autograd_device_logging",
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc-per-node=2",
-                script,
-            ]
-        )
-        ranks = [r for r in records if r["role"] == "rank"]
+        # --standalone draws a new run id at random at every run, so the ranks
+        # are named by their script, the same at every run. The launcher runs
+        # torchrun's agent in its own process, so the agent keeps a record too.
+        command = [
+            "-m",
+            "autograd_device_logging",
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            script,
+        ]
+        records = self.records_of(command)
+        job = program_job(script, HOST)
+        ranks = [r for r in records if r["role"] == "rank" and r["program"] == script]
         (agent,) = [r for r in records if r["role"] == "agent"]
+        (spawned,) = [r for r in records if r["program"] == "-c"]
         self.assertEqual(sorted(r["rank"] for r in ranks), [0, 1])
-        self.assertEqual({r["program"] for r in ranks}, {script})
-        self.assertEqual({r["job_source"] for r in ranks}, {"torchrun"})
-        (run,) = {r["job"] for r in ranks}
+        self.assertEqual({(r["job"], r["job_source"]) for r in ranks}, {(job, "program")})
+        # A process a rank starts joins the rank's job, not the agent's.
+        (rank0,) = [r for r in ranks if r["rank"] == 0]
+        self.assertEqual(spawned["parent"]["pid"], rank0["pid"])
+        self.assertEqual(spawned["job"], job)
         # The agent's own start-up knew no run id; the report puts it in the
         # job of the ranks it started.
-        self.assertNotEqual(agent["job"], run)
+        self.assertEqual(agent["job"], f"-m torch.distributed.run@{HOST}")
         self.assertEqual({r["parent"]["pid"] for r in ranks}, {agent["pid"]})
         directory = tempfile.mkdtemp(dir=self.tmp.name)
-        for i, record in enumerate(records):
+        for i, record in enumerate([*ranks, agent]):
             with open(os.path.join(directory, f"{i}.json"), "w") as f:
                 json.dump(record, f)
         jobs = report_modules().fleet_report.summarize_directory(directory)["jobs"]
-        self.assertEqual(set(jobs), {run, "(all jobs)"})
-        self.assertEqual(jobs[run]["left_out"], {"torchrun agent": 1})
-        self.assertEqual(jobs[run]["processes"], 2)
+        self.assertEqual(set(jobs), {job, "(all jobs)"})
+        self.assertEqual(jobs[job]["left_out"], {"torchrun agent": 1})
+        self.assertEqual(jobs[job]["processes"], 2)
+        # Another run of the same launch is the same job.
+        again = self.records_of(command)
+        self.assertEqual({r["job"] for r in again if r["role"] != "agent"}, {job})
 
 
 if __name__ == "__main__":

@@ -285,6 +285,24 @@ waiting = time.monotonic()
         self.assertEqual(self.job_of(TORCHELASTIC_RUN_ID="r1", **slurm), ("r1", "torchrun"))
         # torchrun's "none" (static rendezvous without --rdzv-id) names no job.
         self.assertEqual(self.job_of(TORCHELASTIC_RUN_ID="none", **slurm), ("slurm-5_2", "slurm"))
+        # A run id torchrun drew at random for one node names no job; on
+        # more nodes (or not a uuid) it does.
+        drawn = "0f8e2a4c-5b1d-4e7a-9c3b-2d6f8a1e4b7c"
+        self.assertEqual(
+            self.job_of(TORCHELASTIC_RUN_ID=drawn, GROUP_WORLD_SIZE="1", **slurm),
+            ("slurm-5_2", "slurm"),
+        )
+        self.assertEqual(
+            self.job_of(TORCHELASTIC_RUN_ID=drawn, GROUP_WORLD_SIZE="1"),
+            (f"-c@{socket.gethostname()}", "program"),
+        )
+        self.assertEqual(
+            self.job_of(TORCHELASTIC_RUN_ID=drawn, GROUP_WORLD_SIZE="2"), (drawn, "torchrun")
+        )
+        self.assertEqual(
+            self.job_of(TORCHELASTIC_RUN_ID=drawn.replace("-", "_"), GROUP_WORLD_SIZE="1"),
+            (drawn.replace("-", "_"), "torchrun"),
+        )
         self.assertEqual(self.job_of(SLURM_JOB_ID="7"), ("slurm-7", "slurm"))
         self.assertEqual(self.job_of(PBS_JOBID="12.pbs"), ("pbs-12.pbs", "pbs"))
         self.assertEqual(self.job_of(LSB_JOBID="9", LSB_JOBINDEX="4"), ("lsf-9_4", "lsf"))

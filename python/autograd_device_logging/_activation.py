@@ -330,8 +330,10 @@ def tell_record() -> None:
         _lib.autograd_device_logging_set_record_program(os.fsencode(program))
         _lib.autograd_device_logging_set_record_activation(_how.encode())
         # The processes this one starts join its job (Note [A child joins
-        # the job of the program that started it], process_identity.h).
-        os.environ.setdefault(PROGRAM_ENV, program)
+        # the job of the program that started it], process_identity.h); a
+        # launcher's (torchrun's agent's) children are named by their own.
+        if _lib.autograd_device_logging_process_role() != b"agent":
+            os.environ.setdefault(PROGRAM_ENV, program)
 
 
 # -- The .pth ---------------------------------------------------------------

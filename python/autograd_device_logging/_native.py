@@ -53,6 +53,7 @@ SIGNATURES: Dict[str, Tuple[Optional[type], List[type]]] = {
     "record_measured_pair": (ctypes.c_int, [ctypes.c_int, _u64, _u64]),
     "record_measurement_count": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, _u64]),
     "job_wide_name": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
+    "process_role": (ctypes.c_char_p, []),
     "write_process_record": (ctypes.c_int, []),
     "record_json": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
     "wait_for_record_write": (_u64, [_u64, ctypes.c_int]),

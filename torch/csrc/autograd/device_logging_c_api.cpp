@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/interposition.h>
 #include <torch/csrc/autograd/multithreading_mode.h>
 #include <torch/csrc/autograd/pass_census.h>
+#include <torch/csrc/autograd/process_identity.h>
 #include <torch/csrc/autograd/process_record.h>
 #include <torch/csrc/autograd/record_writer.h>
 
@@ -118,6 +119,10 @@ int autograd_device_logging_record_measurement_count(
 
 int autograd_device_logging_job_wide_name(char* job, size_t size) {
   return device_logging::detail::job_wide_name(job, size);
+}
+
+const char* autograd_device_logging_process_role(void) {
+  return device_logging::detail::process_identity().role.c_str();
 }
 
 int autograd_device_logging_write_process_record(void) {

@@ -100,6 +100,10 @@ autograd_device_logging_record_measurement_count(
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_job_wide_name(
     char* job,
     size_t size);
+// "rank", "agent" (torchrun's elastic agent) or "other"
+// (ProcessIdentity::role).
+AUTOGRAD_DEVICE_LOGGING_API const char* autograd_device_logging_process_role(
+    void);
 // Writes the record now rather than at exit (for processes that end with
 // _exit) and waits for it; 1 when written.
 AUTOGRAD_DEVICE_LOGGING_API int autograd_device_logging_write_process_record(

@@ -28,11 +28,31 @@ std::string host_name() {
   return host;
 }
 
+// A run id torchrun drew at random for a job of one node: a uuid4 where
+// GROUP_WORLD_SIZE (the nodes) is 1. `--standalone` draws one, and so do
+// later releases for a one-node static run given no endpoint.
+bool run_id_drawn_for_one_node(const std::string& run_id) {
+  if (getenv_or_empty("GROUP_WORLD_SIZE") != "1" || run_id.size() != 36) {
+    return false;
+  }
+  for (size_t i = 0; i < run_id.size(); ++i) {
+    const char c = run_id[i];
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Note [Which job a process belongs to]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The first of: $AUTOGRAD_DEVICE_LOGGING_JOB; torchrun's run id, unless it
-// is empty or "none" (the literal a multi-node static rendezvous without
-// --rdzv-id gets, which would merge every such job into one); the
+// is empty, "none" (the literal a multi-node static rendezvous without
+// --rdzv-id gets, which would merge every such job into one) or drawn at
+// random for one node (a new job at every run: the ranks then are named like
+// any other process, by what follows, and the agent passes no program on:
+// Note [A child joins the job of the program that started it]); the
 // scheduler's ids: SLURM's job (its array job and task where the job is an
 // array), PBS's, LSF's (with its array index), a Kubernetes job name
 // ($KUBERNETES_JOB_NAME, which a pod template sets from the pod's job-name
@@ -47,7 +67,8 @@ std::pair<std::string, std::string> job_wide_name_and_source() {
     return {job, "AUTOGRAD_DEVICE_LOGGING_JOB"};
   }
   const std::string run_id = getenv_or_empty("TORCHELASTIC_RUN_ID");
-  if (!run_id.empty() && run_id != "none") {
+  if (!run_id.empty() && run_id != "none" &&
+      !run_id_drawn_for_one_node(run_id)) {
     return {run_id, "torchrun"};
   }
   const std::string slurm = getenv_or_empty("SLURM_JOB_ID");

@@ -41,6 +41,8 @@ namespace torch::autograd::device_logging::detail {
 // program stays in its record's `program`. C++ programs do not set it
 // (setenv() in a library's constructor could race with the program's own
 // threads), but they do join the job of a Python program that started them.
+// torchrun's agent passes none on: a launcher names no job, and its ranks,
+// where its run id names none, are each named by its own script.
 //
 // The parent (its pid and start time) lets a report put a torchrun agent,
 // whose run id is made after it started (a --standalone rendezvous draws it
