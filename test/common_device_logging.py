@@ -111,7 +111,22 @@ def run_child(args, env_extra=None, with_package=True, stdin_code=None):
             env[key] = value
     if SANITIZER_PRELOAD:
         env["LD_PRELOAD"] = ":".join(filter(None, (SANITIZER_PRELOAD, env.get("LD_PRELOAD"))))
-    proc = subprocess.run(
+    return ChildResult(run_python(args, env, stdin_code=stdin_code))
+
+
+def run_python(args, env, stdin_code=None, wait=True):
+    """`python ARGS` in a fresh process with exactly `env`, its output as
+    text: the one way the tests start a child. With wait=False, the running
+    Popen (its output piped)."""
+    if not wait:
+        return subprocess.Popen(
+            [sys.executable, *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    return subprocess.run(
         [sys.executable, *args],
         env=env,
         input=stdin_code,
@@ -119,7 +134,6 @@ def run_child(args, env_extra=None, with_package=True, stdin_code=None):
         text=True,
         timeout=300,
     )
-    return ChildResult(proc)
 
 
 # Note [Children skip interpreter finalization]
@@ -334,6 +348,25 @@ def report_modules():
     )
 
 
+# The environment that names a process's job or its OTLP service
+# (Note [Which job a process belongs to], process_identity.cpp).
+JOB_NAMING = (
+    "AUTOGRAD_DEVICE_LOGGING_JOB",
+    "TORCHELASTIC_RUN_ID",
+    "GROUP_WORLD_SIZE",
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "PBS_JOBID",
+    "LSB_JOBID",
+    "LSB_JOBINDEX",
+    "KUBERNETES_JOB_NAME",
+    "RANK",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+)
+
+
 def child_env(report_dir, **extra):
     env = dict(os.environ)
     for name in (
@@ -345,6 +378,8 @@ def child_env(report_dir, **extra):
         # the job of the program that started it]); each child is a job's
         # first process.
         "AUTOGRAD_DEVICE_LOGGING_PROGRAM",
+        # What names a job or a service: each child names its own.
+        *JOB_NAMING,
     ):
         env.pop(name, None)
     env.update(

@@ -243,7 +243,7 @@ class TestLibraryThatCannotLoad(TestCase):
 
 class TestEnvironmentSwitches(TestCase):
     """AUTOGRAD_DEVICE_LOGGING_STATS, read by the library at load
-    (Note [Boolean environment variables])."""
+    (Note [The library's settings are read once, at load], settings.h)."""
 
     def setUp(self):
         super().setUp()
@@ -289,7 +289,7 @@ class TestEnvironmentSwitches(TestCase):
             self.assertIn("using the default, off.", lines[0])
 
     def test_the_old_name_works_with_one_deprecation_warning(self):
-        # Note [Renamed environment variables].
+        # Note [The library's settings are read once, at load] (settings.h).
         for env, enabled, tail in (
             ({"PYTORCH_AUTOGRAD_DEVICE_STATS": "1"}, True, "(the same values)."),
             (

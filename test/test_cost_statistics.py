@@ -30,9 +30,9 @@ stats = cost_statistics()
 
 
 def benchmark_constants():
-    """The comparison's size and margin as benchmarks/threading_cost.py sets
+    """The comparison's size and margin as benchmarks/threading_cost_sections.py sets
     them, read from its source (importing it would build the library)."""
-    path = os.path.join(REPO, "benchmarks", "threading_cost.py")
+    path = os.path.join(REPO, "benchmarks", "threading_cost_sections.py")
     with open(path) as f:
         tree = ast.parse(f.read())
     return {

@@ -7,8 +7,6 @@ the bound; without the SDK, one line says what to install."""
 
 import http.server
 import os
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -21,6 +19,7 @@ from common_device_logging import (
     child_env,
     only_record,
     require_built,
+    run_python,
 )
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -146,25 +145,10 @@ class TestOtlpExport(TestCase):
         self.records = os.path.join(self.tmp.name, "records")
 
     def run_child(self, code, **env):
-        base = child_env(self.records, AUTOGRAD_DEVICE_LOGGING_OTLP="1")
-        for name in (
-            "AUTOGRAD_DEVICE_LOGGING_JOB",
-            "TORCHELASTIC_RUN_ID",
-            "SLURM_JOB_ID",
-            "RANK",
-            "OTEL_SERVICE_NAME",
-            "OTEL_RESOURCE_ATTRIBUTES",
-            "KUBERNETES_JOB_NAME",
-        ):
-            base.pop(name, None)
-        base.update(env)
         start = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-c", code + DEVICE_THREADS_IDLE],
-            env=base,
-            capture_output=True,
-            text=True,
-            timeout=300,
+        proc = run_python(
+            ["-c", code + DEVICE_THREADS_IDLE],
+            child_env(self.records, **{"AUTOGRAD_DEVICE_LOGGING_OTLP": "1", **env}),
         )
         proc.took = time.monotonic() - start
         self.assertEqual(proc.returncode, 0, proc.stderr)

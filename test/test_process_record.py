@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import unittest
 
@@ -32,6 +33,7 @@ from common_device_logging import (
     child_env,
     only_record,
     require_built,
+    run_python,
 )
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch.torch_version import TorchVersion
@@ -87,19 +89,6 @@ sys.stdin.readline()
 """
     + DEVICE_THREADS_IDLE
 )
-# Scheduler variables a test machine may itself have set.
-SCHEDULER_VARIABLES = (
-    "AUTOGRAD_DEVICE_LOGGING_JOB",
-    "TORCHELASTIC_RUN_ID",
-    "SLURM_JOB_ID",
-    "SLURM_ARRAY_JOB_ID",
-    "SLURM_ARRAY_TASK_ID",
-    "PBS_JOBID",
-    "LSB_JOBID",
-    "LSB_JOBINDEX",
-    "KUBERNETES_JOB_NAME",
-    "RANK",
-)
 
 
 class TestProcessRecord(TestCase):
@@ -111,17 +100,7 @@ class TestProcessRecord(TestCase):
         self.dir = os.path.join(self.tmp.name, "records")
 
     def run_child(self, code, wait=True, **env):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code],
-            env=self.env_of(**env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        if wait:
-            out, err = proc.communicate(timeout=300)
-            proc.stdout_text, proc.stderr_text = out, err
-        return proc
+        return run_python(["-c", code], self.env_of(**env), wait=wait)
 
     def only_record(self):
         return only_record(self, self.dir)
@@ -168,11 +147,7 @@ class TestProcessRecord(TestCase):
         return err
 
     def env_of(self, **env):
-        base = child_env(self.dir)
-        for name in SCHEDULER_VARIABLES:
-            base.pop(name, None)
-        base.update(env)
-        return base
+        return child_env(self.dir, **env)
 
     def warnings_of(self, stderr):
         return [line for line in stderr.splitlines() if "autograd_device_logging" in line]
@@ -207,12 +182,12 @@ waiting = time.monotonic()
             + "print('WAITED', time.monotonic() - waiting, flush=True)\nworker.join()\n"
         )
         proc = self.run_child(code)
-        self.assertEqual(proc.returncode, 0, proc.stderr_text)
-        lines = [l for l in proc.stdout_text.splitlines() if l.startswith("WAITED ")]
-        self.assertEqual(len(lines), 1, proc.stdout_text)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        lines = [l for l in proc.stdout.splitlines() if l.startswith("WAITED ")]
+        self.assertEqual(len(lines), 1, proc.stdout)
         # Most of the hook's 1.5 s, far below the wait's 30 s bound.
-        self.assertGreater(float(lines[0].split()[1]), 1.0, proc.stdout_text)
-        self.assertLess(float(lines[0].split()[1]), 20.0, proc.stdout_text)
+        self.assertGreater(float(lines[0].split()[1]), 1.0, proc.stdout)
+        self.assertLess(float(lines[0].split()[1]), 20.0, proc.stdout)
 
     def test_sigkill_after_an_event_leaves_the_event(self):
         # The process raises gpu_cpu, then is killed: no atexit handler runs.
@@ -224,7 +199,7 @@ waiting = time.monotonic()
             + "os.kill(os.getpid(), signal.SIGKILL)\n"
         )
         proc = self.run_child(code)
-        self.assertEqual(proc.returncode, -signal.SIGKILL, proc.stderr_text)
+        self.assertEqual(proc.returncode, -signal.SIGKILL, proc.stderr)
         record = self.only_record()
         self.assertEqual(record["events"], [GPU_CPU])
         self.assertEqual(record["written_at"], "event")
@@ -260,16 +235,47 @@ waiting = time.monotonic()
         record = self.only_record()  # the same file, replaced at exit
         self.assertEqual(record["written_at"], "exit")
 
+    def test_every_sink_of_a_write_encodes_one_snapshot(self):
+        # Note [Every output is a sink of one writer]: the followers (the OTLP
+        # export) get the JSON of the snapshot the record was written from,
+        # not a snapshot of their own.
+        proc = self.run_child(
+            textwrap.dedent(
+                """
+                import ctypes, os, sys, time
+                import autograd_device_logging, torch
+                lib = autograd_device_logging._activation.library()
+                lib.autograd_device_logging_wait_for_record_write(0, 0)  # follows
+                x = torch.ones(2, requires_grad=True)
+                (x * 2).sum().backward()
+                assert lib.autograd_device_logging_wait_for_record_write(0, 5000) >= 1
+                time.sleep(0.5)  # a snapshot of its own would differ by now
+                size = lib.autograd_device_logging_followed_record_json(None, 0, 0)
+                out = ctypes.create_string_buffer(size + 1)
+                lib.autograd_device_logging_followed_record_json(out, size + 1, 0)
+                sys.stdout.write(out.value.decode())
+                sys.stdout.flush()
+                os._exit(0)  # no exit write
+                """
+            )
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        (name,) = self.record_names()
+        with open(os.path.join(self.dir, name)) as f:
+            written = f.read()
+        self.assertEqual(json.loads(proc.stdout), json.loads(written))
+        self.assertEqual(json.loads(written)["written_at"], "first_pass")
+
     def test_no_backward_pass_says_so(self):
         proc = self.run_child("import autograd_device_logging, torch\n")
-        self.assertEqual(proc.returncode, 0, proc.stderr_text)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
         record = self.only_record()
         self.assertFalse(record["ran_backward"])
         self.assertEqual(record["written_at"], "exit")
 
     def job_of(self, **env):
         proc = self.run_child("import autograd_device_logging, torch\n", **env)
-        self.assertEqual(proc.returncode, 0, proc.stderr_text)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
         record = self.only_record()
         os.remove(
             os.path.join(self.dir, [n for n in os.listdir(self.dir) if n.endswith(".json")][0])
@@ -312,7 +318,7 @@ waiting = time.monotonic()
     def test_role_and_start_time(self):
         before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
         proc = self.run_child("import autograd_device_logging, torch\n", RANK="3")
-        self.assertEqual(proc.returncode, 0, proc.stderr_text)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
         record = self.only_record()
         self.assertEqual((record["role"], record["rank"]), ("rank", 3))
         started = datetime.datetime.strptime(record["start_time"], "%Y-%m-%dT%H:%M:%SZ").replace(
@@ -340,7 +346,7 @@ waiting = time.monotonic()
         two_days_ago = time.time() - 2 * 24 * 3600
         os.utime(os.path.join(tmp, files["old"]), (two_days_ago, two_days_ago))
         proc = self.run_child("import autograd_device_logging, torch\n")
-        self.assertEqual(proc.returncode, 0, proc.stderr_text)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(sorted(os.listdir(tmp)), sorted([files["fresh"], files["alive"]]))
         self.assertEqual(stat.S_IMODE(os.stat(self.dir).st_mode), 0o755)
         # A directory the library creates is shared like /tmp.
@@ -349,7 +355,7 @@ waiting = time.monotonic()
             "import autograd_device_logging, torch\n",
             AUTOGRAD_DEVICE_LOGGING_REPORT_DIR=fresh_dir,
         )
-        self.assertEqual(proc.returncode, 0, proc.stderr_text)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
         for path in (fresh_dir, os.path.join(fresh_dir, ".tmp")):
             self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o1777, path)
 
@@ -361,16 +367,16 @@ waiting = time.monotonic()
             LD_PRELOAD=STALL_FSYNC_LIBRARY,
             ADL_TEST_STALL_FSYNC_SECONDS="5",
         )
-        self.assertEqual(stalled.returncode, 0, stalled.stderr_text)
+        self.assertEqual(stalled.returncode, 0, stalled.stderr)
         without_dir = self.run_child(
             WITH_TEST_ACCELERATOR + TIMED_PASSES + "import os\nos._exit(0)\n",
             AUTOGRAD_DEVICE_LOGGING_REPORT_DIR="",
         )
-        self.assertEqual(without_dir.returncode, 0, without_dir.stderr_text)
+        self.assertEqual(without_dir.returncode, 0, without_dir.stderr)
         took = {}
         for name, proc in (("stalled", stalled), ("without a directory", without_dir)):
-            lines = [l for l in proc.stdout_text.splitlines() if l.startswith("PASSES ")]
-            self.assertEqual(len(lines), 1, proc.stdout_text)
+            lines = [l for l in proc.stdout.splitlines() if l.startswith("PASSES ")]
+            self.assertEqual(len(lines), 1, proc.stdout)
             took[name] = float(lines[0].split()[1])
         # The passes took as long as without a report directory (1 s of
         # scheduling noise allowed on a loaded machine), far from one stall.
@@ -445,9 +451,9 @@ waiting = time.monotonic()
         self.assertEqual((record["written_at"], record["events"]), ("exit", [GPU_CPU]))
 
     def assert_refused(self, proc, because, *untouched):
-        self.assertEqual(proc.returncode, 0, proc.stderr_text)
-        warnings = self.warnings_of(proc.stderr_text)
-        self.assertEqual(len(warnings), 1, proc.stderr_text)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        warnings = self.warnings_of(proc.stderr)
+        self.assertEqual(len(warnings), 1, proc.stderr)
         self.assertIn(because, warnings[0])
         for path in untouched:
             self.assertEqual(os.listdir(path), [], path)
@@ -485,8 +491,8 @@ waiting = time.monotonic()
         # Sticky, like /tmp, it is shared.
         os.chmod(tmp, 0o1777)
         proc = self.run_child(WITH_TEST_ACCELERATOR + TIMED_PASSES)
-        self.assertEqual(proc.returncode, 0, proc.stderr_text)
-        self.assertEqual(self.warnings_of(proc.stderr_text), [])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.warnings_of(proc.stderr), [])
         self.assertEqual(self.only_record()["written_at"], "exit")
 
     def test_stale_temporaries_of_another_user_and_links_stay(self):
@@ -509,7 +515,7 @@ waiting = time.monotonic()
         link = os.path.join(tmp, f"{host}-{dead.pid}-2.json.0123456789abcdef.tmp")
         os.symlink(victim, link)
         proc = self.run_child("import autograd_device_logging, torch\n")
-        self.assertEqual(proc.returncode, 0, proc.stderr_text)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(
             sorted(os.listdir(tmp)), sorted([os.path.basename(theirs), os.path.basename(link)])
         )
@@ -533,9 +539,9 @@ waiting = time.monotonic()
             + "assert status == 0, status\n"
         )
         proc = self.run_child(code)
-        self.assertEqual(proc.returncode, 0, proc.stderr_text)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
         names = self.record_names()
-        self.assertEqual(len(names), 2, (names, proc.stderr_text))
+        self.assertEqual(len(names), 2, (names, proc.stderr))
         pids = set()
         for name in names:
             with open(os.path.join(self.dir, name)) as f:
@@ -544,7 +550,7 @@ waiting = time.monotonic()
             self.assertEqual(record["events"], [GPU_CPU])
             pids.add(record["pid"])
         self.assertEqual(len(pids), 2)
-        self.assertEqual(self.warnings_of(proc.stderr_text), [])
+        self.assertEqual(self.warnings_of(proc.stderr), [])
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from common_device_logging import (
     only_record,
     report_modules,
     require_built,
+    run_python,
 )
 from prometheus_client.parser import text_string_to_metric_families
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -105,16 +106,9 @@ class TestPrometheusTextfile(TestCase):
         self.records = os.path.join(self.tmp.name, "records")
 
     def run_child(self, code, **env):
-        base = child_env(self.records, AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_DIR=self.dir)
-        for name in ("AUTOGRAD_DEVICE_LOGGING_JOB", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "RANK"):
-            base.pop(name, None)
-        base.update(env)
-        proc = subprocess.run(
-            [sys.executable, "-c", code + DEVICE_THREADS_IDLE],
-            env=base,
-            capture_output=True,
-            text=True,
-            timeout=300,
+        proc = run_python(
+            ["-c", code + DEVICE_THREADS_IDLE],
+            child_env(self.records, **{"AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_DIR": self.dir, **env}),
         )
         self.assertEqual(proc.returncode, 0, proc.stderr)
         return proc
@@ -290,7 +284,11 @@ class TestPrometheusTextfile(TestCase):
         )
         lines = [l for l in result.stderr.splitlines() if "PROMETHEUS_INTERVAL" in l]
         self.assertEqual(len(lines), 1, result.stderr)
-        self.assertIn("refreshed every 15 s", lines[0])
+        self.assertIn(
+            "ignoring AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_INTERVAL=soon: use a whole number of "
+            "seconds from 0 to 86400; using the default, 15.",
+            lines[0],
+        )
 
     def test_the_library_and_the_package_encode_the_same_samples(self):
         # prometheus_text.cpp (C++) and metric_families.py (Python) spell the

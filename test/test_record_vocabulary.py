@@ -98,7 +98,7 @@ class TestRecordVocabulary(TestCase):
         )
         self.assertEqual(set(logged_by.groups()), set(PROPERTIES["events_logged_by"]["examples"]))
         occasions = function_body(
-            source(AUTOGRAD, "record_writer.cpp"), "const char* record_occasion_name("
+            source(AUTOGRAD, "output_sinks.cpp"), "const char* record_occasion_name("
         )
         self.assertEqual(
             set(re.findall(r'return "(\w+)";', occasions)),
@@ -153,6 +153,50 @@ class TestRecordVocabulary(TestCase):
         self.assertNotEqual(
             set(re.findall(r'return "(\w+)";', role)), set(PROPERTIES["role"]["examples"])
         )
+
+
+class TestSettingsAreReadInOnePlace(TestCase):
+    """Note [The library's settings are read once, at load] (settings.h) and
+    Note [The package's settings] (settings.py)."""
+
+    def test_the_switch_words_are_spelled_once_per_language(self):
+        vocabulary = {}
+        exec(source(PACKAGE, "vocabulary.py"), vocabulary)
+        cxx = source(AUTOGRAD, "settings.cpp")
+        for words, name in (
+            (vocabulary["ON_WORDS"], "kOnWords"),
+            (vocabulary["OFF_WORDS"], "kOffWords"),
+        ):
+            spelled = re.search(name + r" = \{([^}]*)\}", cxx).group(1)
+            self.assertEqual(tuple(re.findall(r'"(\w+)"', spelled)), words)
+        # The .pth runs before the package can be imported: its off words.
+        pth = source(REPO, "python", "autograd_device_logging.pth")
+        (off,) = re.findall(r"not in \(([^)]*)\)", pth)
+        self.assertEqual(tuple(re.findall(r'\\?"(\w+)\\?"', off)), vocabulary["OFF_WORDS"])
+        # No other file of either language spells a word list of its own.
+        for folder in (AUTOGRAD, PACKAGE):
+            for name in sorted(os.listdir(folder)):
+                if name.endswith((".h", ".cpp", ".py")) and name not in (
+                    "settings.cpp",
+                    "vocabulary.py",
+                ):
+                    text = source(folder, name)
+                    self.assertNotRegex(text, r'"yes",\s*"on"', name)
+                    self.assertNotRegex(text, r'"no",\s*"off"', name)
+
+    def test_the_environment_is_read_in_one_place_per_language(self):
+        # C++: the settings, and the identity (what the launcher and the
+        # scheduler say: Note [A process's identity is decided once, at
+        # start-up], process_identity.h). Python: the settings.
+        readers = {"settings.cpp", "process_identity.cpp", "settings.py"}
+        found = []
+        for folder in (AUTOGRAD, PACKAGE):
+            for name in sorted(os.listdir(folder)):
+                if name.endswith((".h", ".cpp", ".py")) and name not in readers:
+                    text = source(folder, name)
+                    if re.search(r"getenv\(|os\.environ\b|environ\.get\(", text):
+                        found.append(name)
+        self.assertEqual(found, [])
 
 
 if __name__ == "__main__":

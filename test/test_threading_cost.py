@@ -26,6 +26,7 @@ from common_device_logging import (
     only_record,
     report_modules,
     require_built,
+    run_python,
 )
 from torch.testing._internal.common_utils import TestCase, run_tests
 
@@ -114,13 +115,7 @@ class ThreadingCostTestCase(TestCase):
             if name.startswith("AUTOGRAD_DEVICE_LOGGING_MEASURE"):
                 del base[name]
         base.update(env)
-        proc = subprocess.run(
-            [sys.executable, "-c", WITH_TEST_ACCELERATOR + textwrap.dedent(code) + FINISH],
-            env=base,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = run_python(["-c", WITH_TEST_ACCELERATOR + textwrap.dedent(code) + FINISH], base)
         if expect_success:
             self.assertEqual(proc.returncode, 0, proc.stderr)
         proc.cost = None
@@ -603,10 +598,13 @@ print("KEPT", pair(1, 10, 20), pair(1, 30, 40), pair(3, 5, 6), count(0, b"inside
             ),
         )
         self.assertIn(
-            "ignoring AUTOGRAD_DEVICE_LOGGING_MEASURE_RATE=2: using the default, 0.02", proc.stderr
+            "ignoring AUTOGRAD_DEVICE_LOGGING_MEASURE_RATE=2: use a number from 0 to 1; "
+            "using the default, 0.02.",
+            proc.stderr,
         )
         self.assertIn(
-            "ignoring AUTOGRAD_DEVICE_LOGGING_MEASURE_PAIRS=many: using the default, 64",
+            "ignoring AUTOGRAD_DEVICE_LOGGING_MEASURE_PAIRS=many: use a whole number from 0 to "
+            "10000; using the default, 64.",
             proc.stderr,
         )
         self.assertEqual(proc.cost["settings"]["rate"], 0.02)

@@ -21,7 +21,7 @@ import dataclasses
 import warnings
 from typing import FrozenSet, Optional
 
-from autograd_device_logging import _activation, _native
+from autograd_device_logging import _activation, _native, settings
 from autograd_device_logging import threading_measurement as _measurement
 from autograd_device_logging import vocabulary
 from autograd_device_logging.threading_measurement import ThreadingCost
@@ -47,7 +47,11 @@ __all__ = [
     "ThreadingCost",
 ]
 
-library_path = _native.library_path
+
+def library_path() -> str:
+    """Path of the library the package loads ($AUTOGRAD_DEVICE_LOGGING_LIBRARY
+    overrides the copy installed next to the package)."""
+    return _native.library_path(settings.read().library)
 
 
 def write_process_record() -> bool:

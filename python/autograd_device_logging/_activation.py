@@ -77,19 +77,12 @@ import os
 import sys
 from typing import Callable, List, Optional
 
-from autograd_device_logging import _native, _user_warning
+from autograd_device_logging import _native, _user_warning, settings
 from autograd_device_logging import threading_measurement as _measurement
+from autograd_device_logging.settings import SWITCH
 
-#: The .pth's switch: an off value stops it (and only it) from loading.
-SWITCH = "AUTOGRAD_DEVICE_LOGGING"
-#: The program whose job the processes that this one starts join.
-PROGRAM_ENV = "AUTOGRAD_DEVICE_LOGGING_PROGRAM"
-#: Pushes the counts over OTLP (otlp_export.py).
-OTLP_ENV = "AUTOGRAD_DEVICE_LOGGING_OTLP"
 #: The name of the .pth's finder in sys.meta_path.
 PTH_FINDER_NAME = "LoadBeforeTorch"
-_ON = ("1", "true", "yes", "on")
-_OFF = ("0", "false", "no", "off")
 
 _NOT_LOADED = "not loaded"
 #: The loaded library, None before the load or when it failed.
@@ -112,6 +105,16 @@ _pth_fired = False
 _measurement_request = None
 #: Why the loaded library cannot work: the package was imported after torch.
 _late_reason: Optional[str] = None
+# The package's settings, read once when it loads the library
+# (Note [The package's settings], settings.py).
+_settings: Optional[settings.Settings] = None
+
+
+def _settings_at_load() -> settings.Settings:
+    global _settings
+    if _settings is None:
+        _settings = settings.read(warn=_warn)
+    return _settings
 
 
 def library():
@@ -196,38 +199,32 @@ def _at_torch_lookup(how: Optional[str]):
     threading-cost measurement must wrap torch's module as it runs."""
     global _pending_how
     _remove_finders()
-    if how == "on torch import":
-        value = os.environ.get(SWITCH, "")
-        if value.lower() in _OFF:
-            # The program turned the switch off itself, after start-up and
-            # before importing torch: that is an off value, not a bad one.
-            return None
-        if value and value.lower() not in _ON:
-            _warn(
-                f"ignoring {SWITCH}={value}: use 1, true, yes or on, or 0, false, no or off "
-                "(any case); using the default, on."
-            )
+    if how == "on torch import" and not _settings_at_load().switch:
+        # The program turned the switch off itself, after start-up and
+        # before importing torch: that is an off value, not a bad one.
+        return None
     if _lib is not None or _load_error is not None:
         return None
     if how is not None:
         _pending_how = how
-    settings = _load()
-    if settings is None:
+    measurement = _load()
+    if measurement is None:
         return None
-    return _measurement.torch_spec_measured_after_exec(_lib, settings)
+    return _measurement.torch_spec_measured_after_exec(_lib, measurement)
 
 
 def _load():
     """Loads the library; returns the threading-cost measurement's Settings
     where it is asked for and torch's module has not run yet."""
     global _lib, _load_error, _how
-    path = _native.library_path()
+    loaded_with = _settings_at_load()
+    path = _native.library_path(loaded_with.library)
     try:
         lib, already = _native.load(path)
     except (OSError, AttributeError) as e:  # AttributeError: a symbol is missing
         fix = (
-            f"unset {_native.LIBRARY_ENV} or point it at a built {_native.LIBRARY_NAME}"
-            if os.environ.get(_native.LIBRARY_ENV)
+            f"unset {settings.LIBRARY} or point it at a built {_native.LIBRARY_NAME}"
+            if loaded_with.library
             else "reinstall autograd_device_logging for this Python and torch"
         )
         _load_error = f"the library {path} could not be loaded: {e}"
@@ -243,27 +240,20 @@ def _load():
     # Python's atexit runs before the library's: the measurement's counts are
     # complete by then.
     atexit.register(_measurement.record_counts)
-    _start_otlp_export(lib)
+    if loaded_with.otlp:
+        # Note [Pushing the counts over OTLP] (otlp_export.py): the SDK is
+        # imported only then.
+        from autograd_device_logging import otlp_export
+
+        otlp_export.start(lib, loaded_with)
     calls, _when_loaded[:] = list(_when_loaded), []
     for call in calls:
         call(lib)
-    settings = _measurement_settings()
-    if settings is not None and "torch" in sys.modules:
-        _measurement.start(lib, settings, sys.modules["torch"])
+    measurement = _measurement_settings()
+    if measurement is not None and "torch" in sys.modules:
+        _measurement.start(lib, measurement, sys.modules["torch"])
         return None
-    return settings
-
-
-def _start_otlp_export(lib) -> None:
-    """AUTOGRAD_DEVICE_LOGGING_OTLP=1 (Note [Pushing the counts over OTLP],
-    otlp_export.py); the SDK is imported only then."""
-    value = os.environ.get(OTLP_ENV, "")
-    if value.lower() in _ON:
-        from autograd_device_logging import otlp_export
-
-        otlp_export.start(lib)
-    elif value and value.lower() not in _OFF:
-        _warn(f"ignoring {OTLP_ENV}={value}: use 1, true, yes or on, or 0, false, no or off")
+    return measurement
 
 
 def call_when_loaded(call: Callable) -> None:
@@ -280,19 +270,19 @@ def _measurement_settings():
         return None
     if _measurement_request is not None:
         return _measurement_request
-    return _measurement.settings_from_environment(_measurement.warn_once)
+    return _measurement.settings_from(_settings_at_load(), _measurement.warn_once)
 
 
-def request_measurement(settings) -> None:
+def request_measurement(measurement) -> None:
     """measure_threading(): Settings, or False to stop."""
     global _measurement_request
-    _measurement_request = settings
-    if settings is False:
+    _measurement_request = measurement
+    if measurement is False:
         _measurement.stop()
         return
     torch = sys.modules.get("torch")
     if _lib is not None and torch is not None and hasattr(getattr(torch, "autograd", None), "grad"):
-        _measurement.start(_lib, settings, torch)
+        _measurement.start(_lib, measurement, torch)
 
 
 def set_program(program: str) -> None:
@@ -333,7 +323,7 @@ def tell_record() -> None:
         # the job of the program that started it], process_identity.h); a
         # launcher's (torchrun's agent's) children are named by their own.
         if _lib.autograd_device_logging_process_role() != b"agent":
-            os.environ.setdefault(PROGRAM_ENV, program)
+            settings.set_for_children(settings.PROGRAM, program)
 
 
 # -- The .pth ---------------------------------------------------------------
@@ -341,8 +331,8 @@ def tell_record() -> None:
 
 def switched_off() -> Optional[str]:
     """ "NAME=VALUE" where the switch has an off value, else None."""
-    value = os.environ.get(SWITCH, "")
-    return f"{SWITCH}={value}" if value.lower() in _OFF else None
+    now = settings.read()
+    return None if now.switch else f"{SWITCH}={now.switch_value}"
 
 
 def pth_installed() -> bool:
@@ -350,16 +340,16 @@ def pth_installed() -> bool:
     lets it load the library (the finder may have stepped aside since, at the
     first import of torch). The .pth leaves the switch to the finder."""
     present = any(getattr(f, "__name__", None) == PTH_FINDER_NAME for f in sys.meta_path)
-    return (_pth_fired or present) and os.environ.get(SWITCH, "").lower() not in _OFF
+    return (_pth_fired or present) and settings.read().switch
 
 
 def why_pth_not_installed() -> str:
     """Why the .pth did not install its finder in this process."""
-    value = os.environ.get(SWITCH, "")
+    now = settings.read()
     if sys.flags.no_site:
         return "python -S skips site, which installs it"
-    if value.lower() in _OFF:
-        return f"{SWITCH}={value}"
+    if not now.switch:
+        return f"{SWITCH}={now.switch_value}"
     if sys.flags.isolated:
         return "python -I"
     import site

@@ -15,8 +15,6 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 LIBRARY_NAME = "libautograd_device_logging.so"
-#: Overrides the copy installed next to the package.
-LIBRARY_ENV = "AUTOGRAD_DEVICE_LOGGING_LIBRARY"
 #: Every C function's name starts with it.
 PREFIX = "autograd_device_logging_"
 
@@ -57,6 +55,7 @@ SIGNATURES: Dict[str, Tuple[Optional[type], List[type]]] = {
     "write_process_record": (ctypes.c_int, []),
     "record_json": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
     "wait_for_record_write": (_u64, [_u64, ctypes.c_int]),
+    "followed_record_json": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int]),
     # Around a sampled pass.
     "multithreading_enabled": (ctypes.c_int, []),
     "set_multithreading_enabled": (ctypes.c_int, [ctypes.c_int]),
@@ -68,10 +67,10 @@ SIGNATURES: Dict[str, Tuple[Optional[type], List[type]]] = {
 }
 
 
-def library_path() -> str:
-    """Path of the library the package loads ($AUTOGRAD_DEVICE_LOGGING_LIBRARY
-    overrides the copy installed next to the package)."""
-    override = os.environ.get(LIBRARY_ENV)
+def library_path(override: Optional[str] = None) -> str:
+    """Path of the library the package loads: `override` (the settings'
+    AUTOGRAD_DEVICE_LOGGING_LIBRARY), else the copy installed next to the
+    package."""
     if override:
         return override
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_NAME)

@@ -29,54 +29,27 @@ option).
 
 from __future__ import annotations
 
-import argparse
 import collections
-import datetime
 import gc
 import json
 import operator
 import os
 import queue as queue_module
-import shutil
 import sys
 from collections import Counter
 from typing import FrozenSet, List, Optional, Tuple
 
+from .fleet_report_options import make_parser, table_width
 from .fleet_totals import ALL_JOBS, FleetTotals
 from .record_fields import Record
 from .record_reader import is_record_name, read_records
-from .report_text import DEFAULT_WIDTH, format_table
+from .report_text import format_table
 
 # Records a reading process hands over at a time.
 BATCH = 1000
-# The most reading processes the report starts.
-MAX_WORKERS = 8
 # A Record as a reading process hands it over: a plain tuple pickles fastest.
 _as_tuple = operator.attrgetter(*Record.__slots__)
 _RecordFields = collections.namedtuple("_RecordFields", Record.__slots__)
-
-
-def default_workers() -> int:
-    """The cores this process may run on, at most MAX_WORKERS."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_WORKERS))
-
-
-def _when(text: str) -> str:
-    """A --since/--until value as the records write times: UTC, seconds."""
-    try:
-        value = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a date and time: {text!r} (ISO 8601: 2026-11-01, 2026-11-01T12:00:00, "
-            "2026-11-01T12:00:00Z or with an offset)"
-        ) from None
-    if value.tzinfo is not None:
-        value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
-    return value.strftime("%Y-%m-%dT%H:%M:%S")
 
 
 class _Progress:
@@ -128,7 +101,7 @@ def _read_part(directory: str, part, out) -> None:
 # Note [Reading a fleet in parallel]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # Reading and checking a record costs far more than counting it, so the report
-# reads with a process per core (at most MAX_WORKERS): this one and the
+# reads with a process per core (at most fleet_report_options.MAX_WORKERS): this one and the
 # reading processes it forks. Each lists the directory itself and reads the
 # files whose name hashes to its part, so no file is read twice even while
 # jobs add records, and no list of a million names is built or sent. The
@@ -283,154 +256,6 @@ def write_json(report: dict, out) -> None:
     out.write("}\n")
 
 
-def _plot_path(path: str) -> str:
-    """--plot's value, checked before anything is read: its folder exists
-    and is one, and matplotlib writes its extension."""
-    folder = os.path.dirname(path) or "."
-    if not os.path.exists(folder):
-        raise argparse.ArgumentTypeError(f"{path}: no such folder: {folder}")
-    if not os.path.isdir(folder):
-        raise argparse.ArgumentTypeError(f"{path}: {folder} is not a folder")
-    if os.path.isdir(path):
-        raise argparse.ArgumentTypeError(f"{path} is a folder: name the file to write")
-    extension = os.path.splitext(path)[1].lstrip(".").lower()
-    try:
-        from .report_plot import supported_formats
-
-        formats = supported_formats()
-    except ImportError:
-        raise argparse.ArgumentTypeError("needs matplotlib: pip install matplotlib") from None
-    if extension not in formats:
-        raise argparse.ArgumentTypeError(
-            f"{path}: "
-            + (f"matplotlib cannot write .{extension}" if extension else "no extension")
-            + f" files; use one of {', '.join('.' + f for f in sorted(formats))}"
-        )
-    return path
-
-
-def _prometheus_path(path: str) -> str:
-    """--prometheus's value, checked before anything is read: a .prom file
-    (all that node_exporter's textfile collector reads), its folder exists
-    and is one, and prometheus_client is there to write it."""
-    if not path.endswith(".prom") or os.path.basename(path).startswith("."):
-        raise argparse.ArgumentTypeError(
-            f"{path}: node_exporter's textfile collector reads only *.prom files "
-            "(not hidden ones); name it FLEET.prom"
-        )
-    folder = os.path.dirname(path) or "."
-    if not os.path.isdir(folder):
-        raise argparse.ArgumentTypeError(f"{path}: no such folder: {folder}")
-    if os.path.isdir(path):
-        raise argparse.ArgumentTypeError(f"{path} is a folder: name the file to write")
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError:
-        raise argparse.ArgumentTypeError(
-            "needs prometheus_client: pip install prometheus-client"
-        ) from None
-    return path
-
-
-def _not_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"not a whole number of 0 or more: {text!r}")
-    return value
-
-
-def _table_width() -> int:
-    """The terminal's width where stdout is one, else DEFAULT_WIDTH."""
-    if sys.stdout.isatty():
-        return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
-    return DEFAULT_WIDTH
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse's parser, whose usage errors are one line: what is wrong,
-    and where help is."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: {message} (--help says more)\n")
-
-
-def make_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("directory", metavar="DIR", help="the directory of records")
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print the report as JSON (every job; schema/fleet_report.schema.json)",
-    )
-    parser.add_argument(
-        "--plot",
-        metavar="FILE",
-        type=_plot_path,
-        help="also draw the shares and the passes per class into FILE (matplotlib; "
-        "PNG, SVG, PDF or any format it writes, by the extension)",
-    )
-    parser.add_argument(
-        "--prometheus",
-        metavar="FILE",
-        type=_prometheus_path,
-        help="also write the per-job counts into FILE in Prometheus's text format, in the "
-        "families of AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_DIR's files (for node_exporter's "
-        "textfile collector; docs/usage.md)",
-    )
-    parser.add_argument(
-        "--since",
-        metavar="WHEN",
-        type=_when,
-        help="only processes started at or after WHEN (ISO 8601)",
-    )
-    parser.add_argument(
-        "--until", metavar="WHEN", type=_when, help="only processes started at or before WHEN"
-    )
-    parser.add_argument("--job", metavar="NAME", action="append", help="only this job (repeatable)")
-    parser.add_argument(
-        "--all-jobs",
-        action="store_true",
-        help="the table shows the jobs in which no process ran a backward pass too "
-        "(by default one line counts them)",
-    )
-    parser.add_argument(
-        "--top",
-        metavar="N",
-        type=_not_negative,
-        default=0,
-        help="the table shows the N jobs with the most processes that ran a backward pass "
-        "(default 0: all)",
-    )
-    parser.add_argument(
-        "--width",
-        metavar="COLUMNS",
-        type=_not_negative,
-        default=None,
-        help=f"the table's width: long job names and lists lose their middles to fit "
-        f"(default: the terminal's, or {DEFAULT_WIDTH}; 0: no limit)",
-    )
-    parser.add_argument(
-        "--by-placement",
-        action="store_true",
-        help="the threading cost per class and where the measured threads could run: "
-        '"CLASS [N CPUs]" (Note [Grouping by where the threads ran])',
-    )
-    parser.add_argument(
-        "--workers",
-        metavar="N",
-        type=int,
-        default=default_workers(),
-        help="processes that read the records (default: the usable cores, at most "
-        f"{MAX_WORKERS}; 1 reads in this process)",
-    )
-    return parser
-
-
 def main(argv=None, prog=None) -> int:
     """The report; its exit status (module docstring). A closed stdout (the
     report piped into `head`) ends it quietly."""
@@ -452,7 +277,7 @@ def main(argv=None, prog=None) -> int:
 
 
 def _main(argv, prog) -> int:
-    parser = make_parser(prog)
+    parser = make_parser(prog, __doc__)
     args = parser.parse_args(argv)
     if not os.path.isdir(args.directory):
         print(f"{parser.prog}: {args.directory!r} is not a directory", file=sys.stderr)
@@ -485,7 +310,7 @@ def _main(argv, prog) -> int:
     if args.json:
         write_json(report, sys.stdout)
     else:
-        width = _table_width() if args.width is None else (args.width or None)
+        width = table_width() if args.width is None else (args.width or None)
         print(format_table(report, args.all_jobs, args.top, width))
     sys.stdout.flush()
     if args.prometheus:

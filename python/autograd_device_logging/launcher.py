@@ -19,7 +19,7 @@ import runpy
 import sys
 
 import autograd_device_logging
-from autograd_device_logging import _activation
+from autograd_device_logging import _activation, settings
 
 PROG = "python -m autograd_device_logging"
 
@@ -168,13 +168,13 @@ def main(argv):
     # Both are read when the library loads, here and in the children that
     # load it.
     if args.report:
-        os.environ["AUTOGRAD_DEVICE_LOGGING_REPORT_DIR"] = args.report
+        settings.set_now(settings.REPORT_DIR, args.report)
         report_dir = os.fsencode(args.report)
         _activation.call_when_loaded(
             lambda lib: lib.autograd_device_logging_set_report_dir(report_dir)
         )
     if args.measure_threading:
-        os.environ["AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING"] = "1"
+        settings.set_now(settings.MEASURE_THREADING, "1")
     _activation.activate("by the launcher")
     if args.check:
         if args.module is not None or args.program:

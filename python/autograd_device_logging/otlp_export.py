@@ -16,10 +16,13 @@ where $KUBERNETES_JOB_NAME is set; autograd_device_logging.slurm.job_id
 where Slurm runs the process, since no convention names it) and the rank as
 a metric attribute.
 
-When: after each write of the record (the library's writer thread serves its
-write points, the first pass, an event, a measured pair, even with no
-directory set, and one thread of this package waits on it in C, without the
-GIL), and once at exit. Each export is bounded by EXPORT_BOUND_S: at exit the
+What: the snapshot each write encoded for its followers (Note [Every output
+is a sink of one writer], output_sinks.h), the one the record and the
+textfile were written from; no snapshot of its own. When: after each write
+(the library's writer thread serves its write points, the first pass, an
+event, a measured pair, even with no directory set, and one thread of this
+package waits on it in C, without the GIL), and once at exit, after a write
+for the followers alone. Each export is bounded by EXPORT_BOUND_S: at exit the
 interpreter waits that long at most, then goes on without it. A failed
 export (an unreachable endpoint, a refusal) is one warning per process,
 which names the cause (failure_cause): the connection refused, the host name
@@ -43,8 +46,8 @@ from typing import Iterable, List, Optional
 
 from . import _user_warning
 from .metric_families import FAMILIES, process_samples
+from .settings import OTLP as ENV
 
-ENV = "AUTOGRAD_DEVICE_LOGGING_OTLP"
 #: The most one export takes, and the most it delays exit.
 EXPORT_BOUND_S = 2.0
 #: The exporting threads' names (their log lines are dropped).
@@ -118,50 +121,60 @@ def failure_cause(records: List[logging.LogRecord], raised: Optional[BaseExcepti
     return "the endpoint did not take them"
 
 
-def record(lib) -> Optional[dict]:
-    """The record as it stands (the C API's record_json), or None."""
-    size = lib.autograd_device_logging_record_json(None, 0)
+def record(lib, write_now: bool) -> Optional[dict]:
+    """The snapshot the library's writer encoded for its followers, the same
+    one its files were written from (Note [Every output is a sink of one
+    writer], output_sinks.h); with `write_now`, a write for them alone first.
+    None when there is none."""
+    size = lib.autograd_device_logging_followed_record_json(None, 0, int(write_now))
+    if size == 0:
+        return None
     for _ in range(3):
-        if size == 0:
-            return None
         buffer = ctypes.create_string_buffer(size + 1)
-        needed = lib.autograd_device_logging_record_json(buffer, size + 1)
+        needed = lib.autograd_device_logging_followed_record_json(buffer, size + 1, 0)
         if needed <= size:
             return json.loads(buffer.value.decode("utf-8", "replace"))
         size = needed
     return None
 
 
-def resource_attributes(first: dict, environ=os.environ) -> dict:
-    """The attributes the library adds to the SDK's resource (the Note)."""
+def resource_attributes(first: dict, package_settings) -> dict:
+    """The attributes the library adds to the SDK's resource (the Note):
+    who the process is from its record, the scheduler's ids from the
+    package's settings (settings.py)."""
     attributes = {
-        "host.name": socket.gethostname(),
-        "process.pid": os.getpid(),
+        "host.name": first["host"],
+        "process.pid": first["pid"],
         "autograd_device_logging.job": first["job"],
     }
-    named = "service.name=" in environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
-    if not environ.get("OTEL_SERVICE_NAME") and not named:
+    if not package_settings.otel_service_named:
         attributes["service.name"] = os.path.basename(first["program"]) or first["program"]
-    if environ.get("KUBERNETES_JOB_NAME"):
-        attributes["k8s.job.name"] = environ["KUBERNETES_JOB_NAME"]
-    if environ.get("SLURM_JOB_ID"):
-        attributes["autograd_device_logging.slurm.job_id"] = environ["SLURM_JOB_ID"]
+    if package_settings.kubernetes_job_name:
+        attributes["k8s.job.name"] = package_settings.kubernetes_job_name
+    if package_settings.slurm_job_id:
+        attributes["autograd_device_logging.slurm.job_id"] = package_settings.slurm_job_id
     return attributes
 
 
 class Exporter:
     """One process's OTLP export (the Note)."""
 
-    def __init__(self, lib, sdk):
+    def __init__(self, lib, sdk, package_settings):
         self._lib = lib
+        self._endpoint = package_settings.otlp_endpoint
         self._sdk = sdk
         self._lock = threading.Lock()
         self._warned = False
         self._samples = []
-        first = record(lib) or {"job": "", "program": ""}
+        first = record(lib, write_now=True) or {
+            "job": "",
+            "program": "",
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
         self._reader = sdk.InMemoryMetricReader()
         provider = sdk.MeterProvider(
-            resource=sdk.Resource.create(resource_attributes(first)),
+            resource=sdk.Resource.create(resource_attributes(first, package_settings)),
             metric_readers=[self._reader],
         )
         meter = provider.get_meter("autograd_device_logging")
@@ -189,11 +202,12 @@ class Exporter:
 
         return observe
 
-    def export(self) -> bool:
-        """Exports the counts as they stand; False (after one warning per
-        process) when the endpoint does not take them."""
+    def export(self, write_now: bool = False) -> bool:
+        """Exports the counts of the last write (of a write for the followers
+        first, with `write_now`); False (after one warning per process) when
+        the endpoint does not take them."""
         with self._lock:
-            current = record(self._lib)
+            current = record(self._lib, write_now)
             if current is None:
                 return False
             self._samples = process_samples(current, with_job=False)
@@ -210,11 +224,8 @@ class Exporter:
             if not ok and not self._warned:
                 cause = failure_cause(records, raised)
                 self._warned = True
-                endpoint = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get(
-                    "OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318"
-                )
                 _user_warning.warn(
-                    f"could not push this process's counts over OTLP to {endpoint} ({cause}); "
+                    f"could not push this process's counts over OTLP to {self._endpoint} ({cause}); "
                     "the record and the Prometheus textfile are not affected"
                 )
             return ok
@@ -231,7 +242,9 @@ class Exporter:
 
     def at_exit(self) -> None:
         """The last export, bounded by EXPORT_BOUND_S."""
-        thread = threading.Thread(target=self.export, name=THREAD_PREFIX + "_exit", daemon=True)
+        thread = threading.Thread(
+            target=self.export, args=(True,), name=THREAD_PREFIX + "_exit", daemon=True
+        )
         thread.start()
         thread.join(EXPORT_BOUND_S)
 
@@ -255,7 +268,7 @@ class _Sdk:
         self.SUCCESS = MetricExportResult.SUCCESS
 
 
-def start(lib) -> Optional[Exporter]:
+def start(lib, package_settings) -> Optional[Exporter]:
     """Starts the export for this process (the Note); None, after one
     warning, when the SDK is not installed."""
     try:
@@ -268,7 +281,7 @@ def start(lib) -> Optional[Exporter]:
     for name in list(logging.Logger.manager.loggerDict):
         if name.startswith("opentelemetry"):
             logging.getLogger(name).addFilter(_FromOurThreads())
-    exporter = Exporter(lib, sdk)
+    exporter = Exporter(lib, sdk, package_settings)
     # Has the write points served from now on, before any pass can reach one.
     lib.autograd_device_logging_wait_for_record_write(0, 0)
     threading.Thread(target=exporter.follow, name=THREAD_PREFIX, daemon=True).start()

@@ -47,7 +47,6 @@ import contextlib
 import ctypes
 import dataclasses
 import functools
-import os
 import random
 import statistics
 import sys
@@ -57,49 +56,14 @@ import zlib
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
+from . import settings as _package_settings
 from . import vocabulary
+from .threading_measurement_settings import Settings, settings_from
 
 CLASSES = vocabulary.CLASSES
-ENV = "AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING"
-_ON = ("1", "true", "yes", "on")
-_OFF = ("0", "false", "no", "off", "")
+ENV = _package_settings.MEASURE_THREADING
 #: The wrapped entry points of torch.autograd.
 WRAPPED = ("backward", "grad")
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """How much to measure."""
-
-    #: Probability that a pass after the warm-up starts a pair.
-    rate: float = 0.02
-    #: Passes never sampled at the start of the process.
-    warmup: int = 10
-    #: Pairs measured per process, at most (and at most twice as many tried).
-    max_pairs: int = 64
-    #: Seeds the choices; None: the job's name as the record gives it, else
-    #: the rendezvous address, else a random seed (_job_seed).
-    seed: Optional[int] = None
-    #: Untimed passes run in a timed pass's mode just before it (Note
-    #: [Measuring the cost of single-threaded backward]).
-    washout: int = 1
-
-    def __post_init__(self):
-        if not (0.0 <= self.rate <= 1.0):
-            raise ValueError(f"rate must be in [0, 1], not {self.rate}")
-        if self.warmup < 0 or self.max_pairs < 0 or self.max_pairs > 10000:
-            raise ValueError("warmup must be >= 0 and max_pairs in [0, 10000]")
-        if not (0 <= self.washout <= 100):
-            raise ValueError(f"washout must be in [0, 100], not {self.washout}")
-
-
-_ENV_SETTINGS = {
-    "AUTOGRAD_DEVICE_LOGGING_MEASURE_RATE": ("rate", float),
-    "AUTOGRAD_DEVICE_LOGGING_MEASURE_WARMUP": ("warmup", int),
-    "AUTOGRAD_DEVICE_LOGGING_MEASURE_PAIRS": ("max_pairs", int),
-    "AUTOGRAD_DEVICE_LOGGING_MEASURE_SEED": ("seed", int),
-    "AUTOGRAD_DEVICE_LOGGING_MEASURE_WASHOUT": ("washout", int),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,12 +124,7 @@ def _job_seed(lib) -> int:
     if lib.autograd_device_logging_job_wide_name(name, len(name)):
         job = name.value.decode("utf-8", "replace")
     else:
-        env = os.environ
-        job = (
-            f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
-            if env.get("MASTER_ADDR") and env.get("MASTER_PORT")
-            else ""
-        )
+        job = _package_settings.read().rendezvous
     return zlib.crc32(job.encode()) if job else random.SystemRandom().getrandbits(32)
 
 
@@ -558,31 +517,6 @@ def result() -> Optional[ThreadingCost]:
 def record_counts() -> None:
     if _sampler is not None:
         _sampler.record_counts()
-
-
-def settings_from_environment(warn) -> Optional[Settings]:
-    """The Settings that AUTOGRAD_DEVICE_LOGGING_MEASURE_THREADING and its
-    knobs ask for, or None when it is off. A bad value is one warning (through
-    `warn`) and the default."""
-    value = os.environ.get(ENV, "")
-    if value.lower() in _OFF:
-        return None
-    if value.lower() not in _ON:
-        warn(f"ignoring {ENV}={value}: use 1, true, yes or on to measure; not measuring.")
-        return None
-    fields = {}
-    for name, (field, kind) in _ENV_SETTINGS.items():
-        text = os.environ.get(name)
-        if text is None or text == "":
-            continue
-        try:
-            fields[field] = kind(text)
-            Settings(**fields)
-        except ValueError:
-            fields.pop(field, None)
-            default = getattr(Settings(), field)
-            warn(f"ignoring {name}={text}: using the default, {default}.")
-    return Settings(**fields)
 
 
 def warn_once(message: str) -> None:

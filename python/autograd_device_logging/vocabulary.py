@@ -20,3 +20,9 @@ GPU_CPU_BACKWARD = "torch.autograd.gpu_cpu_backward"
 EVENTS = (MULTIDEVICE_BACKWARD, GPU_CPU_BACKWARD)
 #: Each event's bit.
 EVENT_BITS = {name: 1 << i for i, name in enumerate(EVENTS)}
+
+# The words a switch takes, in any case. settings.h spells them for C++
+# (Note [The library's settings are read once, at load]); the .pth spells
+# the off words once more, since it cannot import the package to read them.
+ON_WORDS = ("1", "true", "yes", "on")
+OFF_WORDS = ("0", "false", "no", "off")

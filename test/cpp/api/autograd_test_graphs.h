@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/device_logging_state.h>
+#include <torch/csrc/autograd/interposition.h>
 
 #include <c10/core/Device.h>
 

@@ -4,7 +4,7 @@
 #include <torch/csrc/autograd/calling_thread_policy.h>
 
 #include <torch/csrc/autograd/device_logging_state.h>
-#include <torch/csrc/autograd/environment_flags.h>
+#include <torch/csrc/autograd/settings.h>
 #include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
@@ -94,9 +94,8 @@ bool calling_thread_backward() noexcept {
 
 namespace detail {
 
-void arm_calling_thread_from_environment() noexcept {
-  if (env_flag("AUTOGRAD_DEVICE_LOGGING_CALLING_THREAD", false) &&
-      !set_calling_thread_backward(true)) {
+void arm_calling_thread_from_settings() noexcept {
+  if (settings().calling_thread && !set_calling_thread_backward(true)) {
     warn_to_stderr(
         "AUTOGRAD_DEVICE_LOGGING_CALLING_THREAD=1 is ignored: this torch's "
         "GraphTask has no id_, which the opt-in needs to tell passes apart; "

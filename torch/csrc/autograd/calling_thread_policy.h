@@ -90,7 +90,7 @@ bool calling_thread_backward() noexcept;
 namespace detail {
 
 // Reads AUTOGRAD_DEVICE_LOGGING_CALLING_THREAD; called once at load.
-void arm_calling_thread_from_environment() noexcept;
+void arm_calling_thread_from_settings() noexcept;
 
 // The pass of `task`, whose dependencies were just computed on this thread,
 // is about to queue its root; `on_calling_thread` says whether its nodes run

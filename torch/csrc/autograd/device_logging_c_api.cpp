@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/pass_census.h>
 #include <torch/csrc/autograd/process_identity.h>
 #include <torch/csrc/autograd/process_record.h>
+#include <torch/csrc/autograd/process_snapshot.h>
 #include <torch/csrc/autograd/record_writer.h>
 
 #include <c10/core/Device.h>
@@ -129,14 +130,32 @@ int autograd_device_logging_write_process_record(void) {
   return device_logging::detail::write_process_record() ? 1 : 0;
 }
 
-size_t autograd_device_logging_record_json(char* out, size_t size) {
-  const std::string json = device_logging::detail::current_record_json();
+namespace {
+
+size_t copy_out(const std::string& json, char* out, size_t size) {
   if (out != nullptr && size > 0) {
     const size_t n = std::min(json.size(), size - 1);
     std::memcpy(out, json.data(), n);
     out[n] = '\0';
   }
   return json.size();
+}
+
+} // namespace
+
+size_t autograd_device_logging_record_json(char* out, size_t size) {
+  return copy_out(device_logging::detail::current_record_json(), out, size);
+}
+
+size_t autograd_device_logging_followed_record_json(
+    char* out,
+    size_t size,
+    int write_now) {
+  return copy_out(
+      write_now != 0 ? device_logging::detail::write_for_followers()
+                     : device_logging::detail::last_followed_json(),
+      out,
+      size);
 }
 
 uint64_t autograd_device_logging_wait_for_record_write(

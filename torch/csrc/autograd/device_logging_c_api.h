@@ -121,6 +121,14 @@ autograd_device_logging_record_json(char* out, size_t size);
 // OTLP export); never from a thread that runs backward.
 AUTOGRAD_DEVICE_LOGGING_API uint64_t
 autograd_device_logging_wait_for_record_write(uint64_t seen, int timeout_ms);
+// The JSON of the snapshot the last write encoded for its followers (Note
+// [Every output is a sink of one writer], output_sinks.h), into `out` as
+// autograd_device_logging_record_json does; with `write_now`, a write for
+// the followers alone first, waited for (at most 2 s).
+AUTOGRAD_DEVICE_LOGGING_API size_t autograd_device_logging_followed_record_json(
+    char* out,
+    size_t size,
+    int write_now);
 
 // --- Around a sampled pass (multithreading_mode.h, pass_census.h) -----------
 

@@ -1,9 +1,8 @@
-// The process-wide state of the autograd device-logging patch and the status
-// API that reports it (device_logging.h).
+// The process-wide state of the autograd device-logging patch (the state
+// word, the raised events, the first disabled reason) and its one warning
+// style.
 
 #include <torch/csrc/autograd/device_logging_state.h>
-
-#include <torch/csrc/autograd/interposition.h>
 
 #include <unistd.h>
 
@@ -76,22 +75,6 @@ void reset_raised_events_for_testing(uint8_t events_already_raised) noexcept {
       current, next, std::memory_order_relaxed));
   detail::events_raised.store(
       static_cast<uint8_t>(done), std::memory_order_relaxed);
-}
-
-DeviceLoggingStatus device_logging_status() {
-  DeviceLoggingStatus status;
-  status.active =
-      detail::state.load(std::memory_order_relaxed) & detail::kStateActive;
-  status.events_raised = detail::events_raised.load(std::memory_order_relaxed);
-  status.nodes_inspected =
-      detail::nodes_inspected.load(std::memory_order_relaxed);
-  if (const std::string* reason = detail::disabled_reason()) {
-    status.disabled_reason = *reason;
-  }
-  status.built_for_torch = detail::built_for_torch();
-  status.running_torch = detail::running_torch_version();
-  status.torch_logs_events = detail::kTorchLogsTheEvents;
-  return status;
 }
 
 } // namespace torch::autograd::device_logging

@@ -6,7 +6,7 @@
 
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats_recording.h>
-#include <torch/csrc/autograd/environment_flags.h>
+#include <torch/csrc/autograd/settings.h>
 
 #include <array>
 #include <atomic>
@@ -43,11 +43,8 @@ void record_backward_pass(
   }
 }
 
-void arm_statistics_from_environment() noexcept {
-  if (renamed_env_flag(
-          "AUTOGRAD_DEVICE_LOGGING_STATS",
-          "PYTORCH_AUTOGRAD_DEVICE_STATS",
-          false)) {
+void arm_statistics_from_settings() noexcept {
+  if (settings().statistics) {
     try {
       enable_backward_device_stats(true);
     } catch (...) {

@@ -16,6 +16,6 @@ void record_backward_pass(
 
 // Turns the statistics on where AUTOGRAD_DEVICE_LOGGING_STATS (or its old
 // name, PYTORCH_AUTOGRAD_DEVICE_STATS) says so; called once, at load.
-void arm_statistics_from_environment() noexcept;
+void arm_statistics_from_settings() noexcept;
 
 } // namespace torch::autograd::device_logging::detail

@@ -25,7 +25,10 @@
 
 #include <torch/csrc/autograd/benchmark_switch.h>
 #include <torch/csrc/autograd/calling_thread_policy.h>
+#include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/graph_task.h>
+#include <torch/csrc/autograd/interposition.h>
+#include <torch/csrc/autograd/pass_logging.h>
 #include <torch/version.h>
 
 #include <c10/macros/Macros.h>

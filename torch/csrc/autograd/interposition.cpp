@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/engine.h>
 
 #include <torch/csrc/autograd/device_logging_state.h>
+#include <torch/csrc/autograd/settings.h>
 #include <torch/csrc/autograd/torch_build_identity.h>
 
 #include <torch/version.h>
@@ -237,8 +238,8 @@ bool names_this_library(const std::string& entry) {
 
 // Returns whether LD_PRELOAD named this library.
 bool remove_this_library_from_ld_preload() {
-  const char* preload = std::getenv("LD_PRELOAD");
-  if (preload == nullptr) {
+  const std::string& preload = detail::settings().ld_preload;
+  if (preload.empty()) {
     return false;
   }
   // ld.so separates entries by spaces or colons.

@@ -1,10 +1,11 @@
 // What happens when the dynamic linker initializes the autograd
-// device-logging library, in order: capturing who the process is (Note [A
-// process's identity is decided once, at start-up], process_identity.h),
-// the interposition's load-time checks
-// (interposition.cpp), then arming the per-process record
-// (process_record.cpp) and the statistics (device_stats.cpp) from the
-// environment. Each step stands alone: a disabled classifier still keeps its
+// device-logging library, in order: reading the settings (Note [The
+// library's settings are read once, at load], settings.h), capturing who the
+// process is (Note [A process's identity is decided once, at start-up],
+// process_identity.h), the interposition's load-time checks
+// (interposition.cpp), then arming the outputs (process_record.cpp), the
+// statistics (device_stats.cpp) and the calling-thread opt-in from the
+// settings. Each step stands alone: a disabled classifier still keeps its
 // record, which then says why it is disabled.
 
 #include <torch/csrc/autograd/calling_thread_policy.h>
@@ -12,18 +13,19 @@
 #include <torch/csrc/autograd/interposition.h>
 #include <torch/csrc/autograd/process_identity.h>
 #include <torch/csrc/autograd/process_record.h>
+#include <torch/csrc/autograd/settings.h>
 
 namespace torch::autograd::device_logging::detail {
 
 namespace {
 
 void run_at_load() noexcept {
+  (void)settings();
   (void)process_identity();
   check_interposition_at_load();
-  arm_process_record_from_environment();
-  arm_prometheus_textfile_from_environment();
-  arm_statistics_from_environment();
-  arm_calling_thread_from_environment();
+  arm_outputs_from_settings();
+  arm_statistics_from_settings();
+  arm_calling_thread_from_settings();
 }
 
 // Runs when the dynamic linker initializes this library, i.e. after libtorch

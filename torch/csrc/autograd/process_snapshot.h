@@ -91,10 +91,15 @@ struct ProcessSnapshot {
 void set_record_program(const char* program) noexcept;
 void set_record_activation(const char* how) noexcept;
 
-// The threading-cost measurement's findings, as process_record.h's
-// record_measured_pair describes them; keep_measured_pair (which that call
-// wraps) is false when nothing was kept, record_measurement_count 0, or -1
-// when nothing was kept.
+// The threading-cost measurement's findings
+// (python/autograd_device_logging/threading_measurement.py), handed over as
+// they are measured, never during a pass: the start, with its settings
+// (dropping what an earlier start kept), the calling thread (its kernel
+// thread id, 0 when unknown) and the intra-op threads (-1 when unknown) for
+// the placement (Note [Where the measured threads ran], thread_placement.h);
+// each pair, which keep_measured_pair refuses (false) for an unknown class,
+// a duration outside [1, 2^63), a class holding kMaxPairsPerClass pairs, or
+// no measurement started; the counts by reason (0, or -1 likewise).
 void start_recording_threading_cost(
     double rate,
     uint64_t warmup,

@@ -16,7 +16,7 @@ namespace torch::autograd::device_logging::detail {
 
 namespace {
 
-// The families' names, HELP and TYPE (fleet_prometheus.py spells the same
+// The families' names, HELP and TYPE (metric_families.py spells the same
 // ones for Python; test/test_prometheus.py holds the two together).
 struct Family {
   const char* name;

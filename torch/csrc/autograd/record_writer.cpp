@@ -4,7 +4,6 @@
 #include <torch/csrc/autograd/record_writer.h>
 
 #include <torch/csrc/autograd/device_logging_state.h>
-#include <torch/csrc/autograd/process_record.h>
 
 #include <algorithm>
 #include <atomic>
@@ -125,7 +124,7 @@ void* run_writer(void*) {
       return nullptr;
     }
     if (!requested) {
-      write_outputs_on_the_writer_thread(kRecordTextfileRefresh);
+      write_sinks(kRecordTextfileRefresh);
       continue;
     }
     const uint64_t served = w.requested.load(std::memory_order_acquire);
@@ -136,7 +135,7 @@ void* run_writer(void*) {
       w.refresh_ms.store(0, std::memory_order_relaxed);
     }
     if (occasions != 0) {
-      written = write_outputs_on_the_writer_thread(occasions);
+      written = write_sinks(occasions);
     }
     pthread_mutex_lock(&w.mutex);
     w.completed = std::max(w.completed, served);
@@ -200,22 +199,6 @@ uint64_t post(Writer& w, RecordOccasion occasion) noexcept {
 
 void prepare_record_writer() noexcept {
   (void)writer();
-}
-
-const char* record_occasion_name(uint32_t occasions) noexcept {
-  if (occasions & kRecordAtExit) {
-    return "exit";
-  }
-  if (occasions & kRecordExplicit) {
-    return "explicit";
-  }
-  if (occasions & kRecordAtEvent) {
-    return "event";
-  }
-  if (occasions & kRecordAtMeasurement) {
-    return "measurement";
-  }
-  return "first_pass";
 }
 
 void request_record_write(RecordOccasion occasion) noexcept {

@@ -1,8 +1,10 @@
 #pragma once
 
-// The library's own thread that writes the per-process record (Note [The
-// per-process record], process_record.h), so that no thread that runs a
-// backward pass ever touches the file system for it.
+// The library's own thread that writes the process's outputs (Note [Every
+// output is a sink of one writer], output_sinks.h), so that no thread that
+// runs a backward pass ever touches the file system for them.
+
+#include <torch/csrc/autograd/output_sinks.h>
 
 #include <chrono>
 #include <cstdint>
@@ -34,19 +36,6 @@ namespace torch::autograd::device_logging::detail {
 // the process goes on (exits) without it, and the writer thread, which may
 // be stuck in the kernel on a hung mount, touches nothing more: exit is
 // destroying the statics it would read.
-
-// Why the record is being written: its written_at. One write that serves
-// several names the first of exit, explicit, event, measurement, first_pass.
-enum RecordOccasion : uint8_t {
-  kRecordAtFirstPass = 1u << 0,
-  kRecordAtMeasurement = 1u << 1,
-  kRecordAtEvent = 1u << 2,
-  kRecordExplicit = 1u << 3,
-  kRecordAtExit = 1u << 4,
-  // The writer thread's own, every refresh interval: the Prometheus textfile
-  // alone (Note [The textfile is refreshed on an interval]).
-  kRecordTextfileRefresh = 1u << 5,
-};
 
 // The bound on how long after a request the record is on disk, on storage
 // that answers (what the tests check).
@@ -90,8 +79,5 @@ void stop_record_writer() noexcept;
 // however many passes ran, on the writer thread, never on a thread that runs
 // backward. A process that ran no backward pass still writes none.
 void set_textfile_refresh_interval(std::chrono::milliseconds interval) noexcept;
-
-// The record's written_at for a set of RecordOccasion bits.
-const char* record_occasion_name(uint32_t occasions) noexcept;
 
 } // namespace torch::autograd::device_logging::detail
