@@ -96,6 +96,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def rank_env(records, textfiles, job, rank):
+    """A child that is rank `rank` of `job`, with statistics, keeping its
+    record in `records` and its textfile in `textfiles`."""
+    return child_env(
+        records,
+        AUTOGRAD_DEVICE_LOGGING_STATS="1",
+        AUTOGRAD_DEVICE_LOGGING_JOB=job,
+        AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_DIR=textfiles,
+        RANK=rank,
+    )
+
+
 class TestPrometheusTextfile(TestCase):
     def setUp(self):
         super().setUp()
@@ -489,13 +501,7 @@ class TestFleetPrometheus(TestCase):
             textfiles = os.path.join(tmp, "textfiles")
             os.makedirs(textfiles)
             for job, rank in (("a", "0"), ("a", "1"), ("b", "0")):
-                env = child_env(
-                    records,
-                    AUTOGRAD_DEVICE_LOGGING_STATS="1",
-                    AUTOGRAD_DEVICE_LOGGING_JOB=job,
-                    AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_DIR=textfiles,
-                    RANK=rank,
-                )
+                env = rank_env(records, textfiles, job, rank)
                 code = WITH_TEST_ACCELERATOR + (
                     PASSES
                     if job == "a"
@@ -658,13 +664,7 @@ class TestPrometheusServer(TestCase):
             ("train-a", "1", PASSES),
             ("train-b", "0", "(torch.ones(2, requires_grad=True) * 2).sum().backward()\n"),
         ):
-            env = child_env(
-                records,
-                AUTOGRAD_DEVICE_LOGGING_STATS="1",
-                AUTOGRAD_DEVICE_LOGGING_JOB=job,
-                AUTOGRAD_DEVICE_LOGGING_PROMETHEUS_DIR=textfiles,
-                RANK=rank,
-            )
+            env = rank_env(records, textfiles, job, rank)
             proc = subprocess.run(
                 [sys.executable, "-c", WITH_TEST_ACCELERATOR + code + DEVICE_THREADS_IDLE],
                 env=env,

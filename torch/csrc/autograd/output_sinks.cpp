@@ -26,9 +26,6 @@ std::string record_file_name(const ProcessSnapshot& s) {
 // The record's temporaries in DIR/.tmp named after it, which a later writer
 // on this host removes once PID is gone; the textfile's beside it, hidden
 // from the collector.
-std::string record_temporary(const ProcessSnapshot& s) {
-  return record_file_name(s);
-}
 std::string record_stale(const ProcessSnapshot& s) {
   return s.host + "-";
 }
@@ -58,7 +55,7 @@ const std::array<SinkSpec, kSinkCount> kSinks = {{
     {"this process's record",
      &record_file_name,
      &encode_record_json,
-     &record_temporary,
+     &record_file_name,
      &record_stale,
      TemporaryPlace::kTmpSubdirectory,
      false,
@@ -96,13 +93,12 @@ Destinations& destinations() {
 
 std::array<std::atomic<bool>, kSinkCount> warned{};
 
+// An occasion of a sink's own serves that sink alone; any other every sink.
+constexpr uint32_t kOwnOccasions = kRecordTextfileRefresh | kRecordForFollowers;
+
 bool serves(const SinkSpec& sink, uint32_t occasions) {
-  uint32_t own_only = 0;
-  for (const SinkSpec& s : kSinks) {
-    own_only |= s.own_occasion;
-  }
-  // An occasion of its own serves that sink alone; any other every sink.
-  return (occasions & ~own_only) != 0 || (occasions & sink.own_occasion) != 0;
+  return (occasions & ~kOwnOccasions) != 0 ||
+      (occasions & sink.own_occasion) != 0;
 }
 
 } // namespace
