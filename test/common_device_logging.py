@@ -329,6 +329,7 @@ REPORT_MODULES = (
     "cost_statistics",
     "report_text",
     "report_plot",
+    "report_cache",
     "fleet_report",
 )
 
@@ -367,6 +368,12 @@ JOB_NAMING = (
 )
 
 
+# The fleet report's cache folder for the children of this test process
+# (Note [The report's cache]): its own, so that no test writes the user's.
+REPORT_CACHE_HOME = tempfile.mkdtemp(prefix="adl-test-cache-")
+atexit.register(shutil.rmtree, REPORT_CACHE_HOME, ignore_errors=True)
+
+
 def child_env(report_dir, **extra):
     env = dict(os.environ)
     for name in (
@@ -388,6 +395,7 @@ def child_env(report_dir, **extra):
         AUTOGRAD_DEVICE_LOGGING_REPORT_DIR=report_dir,
         CUDA_VISIBLE_DEVICES="",
         OMP_NUM_THREADS="1",
+        XDG_CACHE_HOME=REPORT_CACHE_HOME,
     )
     env.update(extra)
     return env

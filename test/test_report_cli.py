@@ -183,7 +183,7 @@ class TestReportCommandLine(TestCase):
         def no_permission(path, *args, **kwargs):
             # As for a file of another user with mode 600: root reads every
             # file, so the refusal is made here.
-            if path == "secret.json":
+            if path in ("secret.json", b"secret.json"):
                 raise PermissionError(13, "Permission denied", path)
             return real_open(path, *args, **kwargs)
 

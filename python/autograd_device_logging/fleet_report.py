@@ -2,7 +2,7 @@
 
     python -m autograd_device_logging report DIR [--json] [--plot PNG]
         [--prometheus FILE] [--since WHEN] [--until WHEN] [--job NAME ...] [--by-placement]
-        [--workers N]
+        [--workers N] [--cache-dir DIR | --no-cache]
     autograd-device-logging-report DIR ...      (the same, as a console script)
 
 DIR holds one record per process, written by the library when
@@ -10,7 +10,8 @@ AUTOGRAD_DEVICE_LOGGING_REPORT_DIR (or the launcher's --report) named it
 (Note [The per-process record] in torch/csrc/autograd/process_record.h; the
 format is schema/process_record.schema.json). The report runs offline: it
 imports neither torch nor the library, writes nothing but what --plot and
---prometheus name, and needs only Python (matplotlib for --plot,
+--prometheus name and its cache in the user's own cache folder (Note [The
+report's cache], report_cache.py), and needs only Python (matplotlib for --plot,
 prometheus_client for --prometheus; msgspec, where installed, reads faster, and tqdm
 shows progress on a terminal).
 
@@ -43,6 +44,7 @@ from .fleet_report_options import make_parser, table_width
 from .fleet_totals import ALL_JOBS, FleetTotals
 from .record_fields import Record
 from .record_reader import is_record_name, read_records
+from .report_cache import SHARDS, ReportCache, inside
 from .report_text import format_table
 
 # Records a reading process hands over at a time.
@@ -81,19 +83,19 @@ class _Progress:
             self.bar.close()
 
 
-def _read_part(directory: str, part, out) -> None:
-    """A reading process: the records of its part of `directory`, in batches,
-    then what it skipped."""
+def _read_part(directory: str, shards, cache, out) -> None:
+    """A reading process: the records of its shards of `directory`, in
+    batches, then what it skipped and what it met in the cache."""
     try:
         skipped: Counter = Counter()
         batch: list = []
-        for record in read_records(directory, skipped, part):
+        for record in read_records(directory, skipped, shards, cache):
             batch.append(_as_tuple(record))
             if len(batch) == BATCH:
                 out.put(("records", batch, len(batch)))
                 batch = []
         out.put(("records", batch, len(batch)))
-        out.put(("done", dict(skipped), 0))
+        out.put(("done", (dict(skipped), [] if cache is None else cache.problems), 0))
     except BaseException as e:  # noqa: B036 -- the parent reports it
         out.put(("failed", f"{type(e).__name__}: {e}", 0))
 
@@ -103,19 +105,22 @@ def _read_part(directory: str, part, out) -> None:
 # Reading and checking a record costs far more than counting it, so the report
 # reads with a process per core (at most fleet_report_options.MAX_WORKERS): this one and the
 # reading processes it forks. Each lists the directory itself and reads the
-# files whose name hashes to its part, so no file is read twice even while
-# jobs add records, and no list of a million names is built or sent. The
+# files of its shards (report_cache.SHARDS, by the hash of the name), so no
+# file is read twice even while jobs add records, and no list of a million
+# names is built or sent; each keeps its shards' cache. The
 # others hand their checked records, in batches, over a bounded queue to this
 # process, which counts every record, its own between its reads: one
-# FleetTotals, so the report does not depend on which process read what.
+# FleetTotals, and every count is a sum, a union or a rule on the records
+# themselves (Note [A restarted rank counts once, under its newest release],
+# fleet_totals.py), so the report does not depend on which process read what.
 # Nothing waits without a limit: a reading process that dies (killed, out of
 # memory) fails the report with a message instead of leaving it waiting for a
 # batch that never comes.
-def _read_here(directory: str, totals: FleetTotals, part, progress, between=None) -> None:
-    """Reads `part` of `directory` in this process; `between()` runs after
+def _read_here(directory: str, totals: FleetTotals, shards, cache, progress, between=None) -> None:
+    """Reads `shards` of `directory` in this process; `between()` runs after
     each BATCH records."""
     seen = 0
-    for seen, record in enumerate(read_records(directory, totals.skipped, part), 1):
+    for seen, record in enumerate(read_records(directory, totals.skipped, shards, cache), 1):
         totals.add(record)
         if seen % BATCH == 0:
             progress.update(BATCH)
@@ -124,23 +129,24 @@ def _read_here(directory: str, totals: FleetTotals, part, progress, between=None
     progress.update(seen % BATCH)
 
 
-def parts_of(workers: int) -> List[Tuple[FrozenSet[int], int]]:
-    """The parts that `workers` processes read (read_records' `part`), this
-    process's first. This one also counts every record, and its heap grows
-    with the counts, so it reads one bucket of hashes where each reading
-    process reads two: with 2 cores, a third and two thirds, and the two
-    finish together on large fleets."""
-    total = 1 + 2 * (workers - 1)
-    parts = [(frozenset({0}), total)]
+def shards_of(workers: int) -> List[FrozenSet[int]]:
+    """The shards that `workers` processes read (read_records' `shards`),
+    this process's first. This one also counts every record, and its heap
+    grows with the counts, so it reads one share where each reading process
+    reads two: with 2 cores, a third and two thirds, and the two finish
+    together on large fleets."""
+    shares = 1 + 2 * (workers - 1)
+    share = [i * shares // SHARDS for i in range(SHARDS)]
+    parts = [frozenset(s for s in range(SHARDS) if share[s] == 0)]
     for i in range(workers - 1):
-        parts.append((frozenset({1 + 2 * i, 2 + 2 * i}), total))
+        parts.append(frozenset(s for s in range(SHARDS) if share[s] in (1 + 2 * i, 2 + 2 * i)))
     return parts
 
 
 class _Readers:
     """The reading processes, and taking what they hand over."""
 
-    def __init__(self, directory: str, workers: int, totals: FleetTotals, progress):
+    def __init__(self, directory: str, workers: int, totals: FleetTotals, cache, progress):
         import multiprocessing
 
         methods = multiprocessing.get_all_start_methods()
@@ -150,10 +156,14 @@ class _Readers:
         self.totals, self.progress = totals, progress
         self.out = context.Queue(maxsize=4 * workers)
         self.processes = [
-            context.Process(target=_read_part, args=(directory, part, self.out), daemon=True)
-            for part in parts_of(workers)[1:]
+            context.Process(
+                target=_read_part, args=(directory, shards, cache, self.out), daemon=True
+            )
+            for shards in shards_of(workers)[1:]
         ]
         self.running = len(self.processes)
+        # What the reading processes met in the cache.
+        self.problems: List[str] = []
         for process in self.processes:
             process.start()
 
@@ -176,7 +186,9 @@ class _Readers:
                     self.totals.add(make(fields))
                 self.progress.update(files)
             elif kind == "done":
-                self.totals.skipped.update(payload)
+                skipped, problems = payload
+                self.totals.skipped.update(skipped)
+                self.problems += problems
                 self.running -= 1
             else:
                 raise RuntimeError(f"a reading process failed: {payload}")
@@ -196,12 +208,15 @@ def summarize_directory(
     workers: int = 1,
     progress: Optional[bool] = False,
     by_placement: bool = False,
+    cache: Optional[ReportCache] = None,
 ) -> dict:
     """The report of `directory` (FleetTotals.report), read by `workers`
     processes (Note [Reading a fleet in parallel]); progress on stderr when
     `progress` is true, or None and stderr is a terminal; the threading cost
-    per class and placement with `by_placement`. Streams: memory grows with
-    the jobs and ranks, not with the records."""
+    per class and placement with `by_placement`; unchanged files' parts from
+    `cache` (Note [The report's cache]), whose `problems` then list what it
+    met. Streams: memory grows with the jobs and ranks, not with the
+    records."""
     totals = FleetTotals(since, until, jobs, by_placement)
     shown = _Progress(directory, progress)
     # Note [No garbage collection while reading]
@@ -215,21 +230,30 @@ def summarize_directory(
     gc.disable()
     try:
         if workers > 1:
-            readers = _Readers(directory, workers, totals, shown)
+            readers = _Readers(directory, workers, totals, cache, shown)
             try:
                 _read_here(
-                    directory, totals, parts_of(workers)[0], shown, lambda: readers.take(False)
+                    directory,
+                    totals,
+                    shards_of(workers)[0],
+                    cache,
+                    shown,
+                    lambda: readers.take(False),
                 )
                 readers.take(True)
             finally:
                 readers.close()
+            if cache is not None:
+                cache.problems += readers.problems
         else:
-            _read_here(directory, totals, (frozenset({0}), 1), shown)
+            _read_here(directory, totals, None, cache, shown)
         shown.update(sum(totals.skipped.values()))
     finally:
         if collecting:
             gc.enable()
         shown.close()
+        if cache is not None:
+            cache.close()
     return totals.report()
 
 
@@ -286,6 +310,18 @@ def _main(argv, prog) -> int:
         parser.error("--workers must be at least 1")
     if args.prometheus and args.by_placement:
         parser.error("--prometheus counts per class: leave out --by-placement")
+    cache = None
+    if args.cache_dir is not None and inside(args.cache_dir, args.directory):
+        parser.error("--cache-dir must not be in DIR: others may write there")
+    if not args.no_cache:
+        cache = ReportCache(args.directory, args.cache_dir)
+        if inside(cache.root, args.directory):
+            print(
+                f"{parser.prog}: not using the report's cache {cache.root}: it is in DIR, "
+                "where others may write (name another with --cache-dir)",
+                file=sys.stderr,
+            )
+            cache = None
     try:
         report = summarize_directory(
             args.directory,
@@ -293,12 +329,19 @@ def _main(argv, prog) -> int:
             args.until,
             args.job,
             args.workers,
-            progress=None,
+            progress=False if args.json else None,
             by_placement=args.by_placement,
+            cache=cache,
         )
     except (RuntimeError, OSError) as e:  # a reading process died; DIR went away
         print(f"{parser.prog}: could not read {args.directory}: {e}", file=sys.stderr)
         return 1
+    if cache is not None and cache.problems:
+        more = len(cache.problems) - 1
+        print(
+            f"{parser.prog}: {cache.problems[0]}" + (f" (and {more} more)" if more else ""),
+            file=sys.stderr,
+        )
     if not report["jobs"]:
         skipped = sum(report["skipped"].values()) + report["filtered"]
         print(

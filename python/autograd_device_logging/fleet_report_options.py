@@ -186,4 +186,16 @@ def make_parser(prog: Optional[str] = None, description: Optional[str] = None):
         help="processes that read the records (default: the usable cores, at most "
         f"{MAX_WORKERS}; 1 reads in this process)",
     )
+    cached = parser.add_mutually_exclusive_group()
+    cached.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="keep what each record file gave the report in DIR, so that a re-run reads only "
+        "the files that changed (default: $XDG_CACHE_HOME or ~/.cache, then "
+        "autograd_device_logging/fleet-report; never the records' DIR; Note [The report's "
+        "cache])",
+    )
+    cached.add_argument(
+        "--no-cache", action="store_true", help="read every file, and keep nothing for the next run"
+    )
     return parser

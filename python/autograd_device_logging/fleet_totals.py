@@ -4,6 +4,7 @@ outlives the call that made it."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from typing import Dict, List, Optional
 
@@ -19,6 +20,34 @@ from .record_fields import (
 )
 
 ALL_JOBS = "(all jobs)"
+
+# Note [A restarted rank counts once, under its newest release]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A rank's records (a restart keeps one more) fold into one small int: the
+# union of their events in the low two bits, the number of a torch release
+# above them. The release is the newest of the rank's records' (by version,
+# then by name): a rule on the records, not on the order they are read in,
+# so the report is the same whichever process reads which file, and whether
+# a record comes from its file or from the cache (Note [The report's cache],
+# report_cache.py). A rank restarted on an upgraded torch counts under the
+# upgrade. One short string and one small int per rank keep a million ranks
+# in the report's memory target.
+_RELEASE_NUMBERS = re.compile(r"[0-9]+")
+
+
+def release_order(name: str) -> tuple:
+    """A torch release's place among releases: 2.10.0 after 2.9.1."""
+    return (tuple(int(n) for n in _RELEASE_NUMBERS.findall(name.split("+")[0])), name)
+
+
+def _newest(old: int, new: int, names: List[str]) -> int:
+    """One rank's two states as one (Note [A restarted rank counts once,
+    under its newest release])."""
+    events = (old | new) & EVENT_MASK
+    a, b = old >> 2, new >> 2
+    if a != b and release_order(names[b]) > release_order(names[a]):
+        a = b
+    return a << 2 | events
 
 
 class JobTotals:
@@ -38,9 +67,8 @@ class JobTotals:
 
     def __init__(self):
         # "host\0rank" -> events | release number << 2: a restarted rank
-        # counts once, with the union of its events and its last release.
-        # One short string and one small int per rank keep a million ranks
-        # in the report's memory target.
+        # counts once (Note [A restarted rank counts once, under its newest
+        # release]).
         self.ranks: Dict[str, int] = {}
         self.others = 0
         self.others_with = [0] * len(EVENTS)
@@ -62,11 +90,13 @@ class JobTotals:
             self.others_by_name = {"rank events": {}, "events": Counter(), "passes": Counter()}
         return self.others_by_name
 
-    def add(self, r: Record, release: int, placement: Optional[str] = None) -> bool:
-        """Counts `r`, whose torch is release number `release`; True when it
-        is a process other than a rank. With a `placement` key, its threading
-        cost counts under "CLASS [PLACEMENT]" (Note [Grouping by where the
-        threads ran], record_fields.py)."""
+    def add(
+        self, r: Record, release: int, names: List[str], placement: Optional[str] = None
+    ) -> bool:
+        """Counts `r`, whose torch is release number `release` (of the
+        release `names`); True when it is a process other than a rank. With a
+        `placement` key, its threading cost counts under "CLASS [PLACEMENT]"
+        (Note [Grouping by where the threads ran], record_fields.py)."""
         if r.disabled_reason:
             self.left_out["disabled: " + r.disabled_reason] += 1
             return False
@@ -91,8 +121,9 @@ class JobTotals:
                 self._by_name()["passes"].update(r.other_classes)
         if is_rank:
             key = f"{r.host}\0{r.rank}"
-            state = self.ranks.get(key, 0)
-            self.ranks[key] = (state & EVENT_MASK | r.events) | release << 2
+            state = r.events | release << 2
+            old = self.ranks.get(key)
+            self.ranks[key] = state if old is None else _newest(old, state, names)
             if r.other_events:
                 self._by_name()["rank events"].setdefault(key, set()).update(r.other_events)
             return False
@@ -106,7 +137,7 @@ class JobTotals:
 
     def ranks_by_release(self, names: List[str]) -> Dict[str, List[int]]:
         """{torch release: [ranks, with each event]}, each rank under the
-        release of its last record."""
+        newest release of its records."""
         out: Dict[str, List[int]] = defaultdict(_release_row)
         # A rank's state takes few values: count them once, in C.
         for state, ranks in Counter(self.ranks.values()).items():
@@ -210,7 +241,7 @@ class FleetTotals:
                 self.agents.append((r.host, r.pid, r.start_time, r.job))
             return
         if r.role == "rank" and r.parent is not None and r.parent[1] is not None:
-            self.rank_parents[(r.host, *r.parent)] = r.job
+            self._parent_of(r.host, *r.parent, r.job)
         if self.filtering and self._filtered_out(r):
             self.filtered += 1
             return
@@ -224,11 +255,19 @@ class FleetTotals:
                 placement = self.placement_keys[r.placement] = (
                     UNKNOWN_PLACEMENT if r.placement is None else placement_key(*r.placement)
                 )
-        if self.jobs[r.job].add(r, release, placement):
+        if self.jobs[r.job].add(r, release, self.release_names, placement):
             row = self.other_releases[r.torch]
             row[0] += 1
             for i, bit in enumerate(EVENT_BITS.values()):
                 row[1 + i] += bool(r.events & bit)
+
+    def _parent_of(self, host: str, pid: int, start_time: str, job: str) -> None:
+        # Ranks of two jobs naming one parent is no torchrun's doing; the
+        # smaller job name takes it, whichever is read first.
+        key = (host, pid, start_time)
+        known = self.rank_parents.get(key)
+        if known is None or job < known:
+            self.rank_parents[key] = job
 
     def _filtered_out(self, r: Record) -> bool:
         return (self.wanted is not None and r.job not in self.wanted) or self._started_outside(r)

@@ -1,16 +1,22 @@
 """Reading the records of a shared directory: each file opened without
-following a link or waiting, then decoded and checked (record_decoder.py)."""
+following a link or waiting, then decoded and checked (record_decoder.py),
+or its part taken from the report's cache when the file is unchanged
+(report_cache.py)."""
 
 from __future__ import annotations
 
+import collections
 import errno
+import operator
 import os
+import stat
 import zlib
 from collections import Counter
-from typing import FrozenSet, Iterator, Optional, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from .record_decoder import decode
 from .record_fields import Record, Skip
+from .report_cache import SHARDS, Entries, Key, ReportCache
 
 # A record is about a kilobyte (a few more with the threading cost's pairs);
 # anything far larger is not one.
@@ -24,12 +30,14 @@ def is_record_name(name: str) -> bool:
     return name.endswith(".json") and not name.startswith(".")
 
 
-def read_record(path: str, dir_fd: Optional[int], buffer: bytearray) -> Record:
+def read_record(path, dir_fd: Optional[int], buffer: bytearray) -> Tuple[Record, Key]:
     """The record in the file at `path` (relative to the directory `dir_fd`,
     or to the working directory for None), read into `buffer` (a bytearray of
-    MAX_RECORD_BYTES + 1, reused across calls); raises Skip, OSError for a
-    file it could not read, or ValueError or RecursionError for one that is
-    not JSON.
+    MAX_RECORD_BYTES + 1, reused across calls), and the file's key as it was
+    opened (Note [The report's cache], report_cache.py); raises Skip (whose
+    args[1] is the key, where the file was opened), OSError for a file it
+    could not read, or ValueError or RecursionError (with the key as
+    `.key`) for one that is not JSON.
 
     The directory is shared (any user may add entries), so nothing in it is
     followed or waited on: the open() does not follow a symbolic link and does
@@ -43,59 +51,144 @@ def read_record(path: str, dir_fd: Optional[int], buffer: bytearray) -> Record:
             raise Skip("symbolic link") from None
         raise
     try:
+        st = os.fstat(fd)
         size = os.readv(fd, [buffer])
     finally:
         os.close(fd)
+    key = (st.st_size, st.st_mtime_ns, st.st_ino)
+    if not stat.S_ISREG(st.st_mode):
+        # A FIFO or device that replaced the file after the listing.
+        raise Skip("not a regular file")
     if size > MAX_RECORD_BYTES:
-        raise Skip("too large")
+        raise Skip("too large", key)
     with memoryview(buffer) as view:
-        return decode(view[:size])
+        try:
+            return decode(view[:size]), key
+        except Skip as e:
+            raise Skip(e.args[0], key) from None
+        except (ValueError, RecursionError) as e:
+            e.key = key
+            raise
 
 
 def read_records(
-    directory: str, skipped: Counter, part: Tuple[FrozenSet[int], int] = (frozenset({0}), 1)
+    directory: str,
+    skipped: Counter,
+    shards: Optional[FrozenSet[int]] = None,
+    cache: Optional[ReportCache] = None,
 ) -> Iterator[Record]:
     """The records of `directory`, one at a time; what is not one is counted
-    in `skipped` by reason. `part` = (buckets, n) reads only the files whose
-    name hashes, modulo n, into `buckets` (so that parts read concurrently
-    share no file even while the directory changes)."""
-    buckets, parts = part
+    in `skipped` by reason. Only the files of `shards` (by shard_of their
+    name; None: all), so that processes reading concurrently share no file
+    even while the directory changes. With a `cache`, a file whose key it
+    holds is not read again (Note [The report's cache]); a cached record
+    comes as a RecordFields."""
     directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
-        yield from _read_listed(directory_fd, skipped, buckets, parts)
+        yield from _read_listed(directory_fd, skipped, shards, cache)
     finally:
         os.close(directory_fd)
 
 
+# A Record as the cache keeps it: a plain tuple of its fields.
+as_fields = operator.attrgetter(*Record.__slots__)
+RecordFields = collections.namedtuple("RecordFields", Record.__slots__)
+
+
 def _read_listed(
-    directory_fd: int, skipped: Counter, buckets: FrozenSet[int], parts: int
+    directory_fd: int,
+    skipped: Counter,
+    shards: Optional[FrozenSet[int]],
+    cache: Optional[ReportCache],
 ) -> Iterator[Record]:
     # Each file is opened relative to the directory's descriptor: no path is
     # resolved again, and a directory renamed meanwhile is still this one.
-    buffer = bytearray(MAX_RECORD_BYTES + 1)
+    # The names are listed first, by shard, so that one shard's cache at a
+    # time is in memory; each shard's names are kept as bytes, each followed
+    # by a "/" (which no name holds): a million names in 30 MB, not 100.
+    names: Dict[int, bytearray] = {
+        shard: bytearray() for shard in (range(SHARDS) if shards is None else sorted(shards))
+    }
     with os.scandir(directory_fd) as entries:
         for entry in entries:
             name = entry.name
             if not is_record_name(name):
                 continue
-            if parts > 1 and hash_of(name) % parts not in buckets:
+            encoded = name.encode("utf-8", "surrogateescape")
+            listed = names.get(zlib.crc32(encoded) % SHARDS)
+            if listed is None:
                 continue
+            if entry.is_symlink():
+                skipped["symbolic link"] += 1
+            elif not entry.is_file(follow_symlinks=False):
+                skipped["not a regular file"] += 1
+            else:
+                listed += encoded
+                listed += b"/"
+    buffer = bytearray(MAX_RECORD_BYTES + 1)
+    for shard in list(names):
+        listed = bytes(names.pop(shard)).split(b"/")
+        listed.pop()
+        yield from _read_shard(directory_fd, shard, listed, skipped, cache, buffer)
+
+
+def _read_shard(
+    directory_fd: int,
+    shard: int,
+    names: List[bytes],
+    skipped: Counter,
+    cache: Optional[ReportCache],
+    buffer: bytearray,
+) -> Iterator[Record]:
+    held: Entries = {} if cache is None else cache.load(shard)
+    holds: Entries = {}
+    changed = False
+    make = RecordFields._make
+    for name in names:
+        try:
+            old = held.get(name) if held else None
+            if old is not None:
+                st = os.lstat(name, dir_fd=directory_fd)
+                key, part = old
+                if key == (st.st_size, st.st_mtime_ns, st.st_ino) and stat.S_ISREG(st.st_mode):
+                    holds[name] = old
+                    if type(part) is str:
+                        skipped[part] += 1
+                    else:
+                        yield make(part)
+                    continue
+            changed = True
             try:
-                if entry.is_symlink():
-                    raise Skip("symbolic link")
-                if not entry.is_file(follow_symlinks=False):
-                    raise Skip("not a regular file")
-                yield read_record(name, directory_fd, buffer)
+                record, key = read_record(name, directory_fd, buffer)
             except Skip as e:
-                skipped[e.args[0]] += 1
-            except (ValueError, RecursionError):
-                # Not UTF-8, not JSON, or nested too deep.
-                skipped["malformed: not JSON"] += 1
-            except OSError:
-                # The file could not be read: no permission, or gone.
-                skipped["unreadable"] += 1
+                if len(e.args) > 1:
+                    holds[name] = (e.args[1], e.args[0])
+                raise
+            except (ValueError, RecursionError) as e:
+                if hasattr(e, "key"):
+                    holds[name] = (e.key, "malformed: not JSON")
+                raise
+            if cache is not None:
+                holds[name] = (key, as_fields(record))
+            yield record
+        except Skip as e:
+            skipped[e.args[0]] += 1
+        except (ValueError, RecursionError):
+            # Not UTF-8, not JSON, or nested too deep.
+            skipped["malformed: not JSON"] += 1
+        except OSError:
+            # The file could not be read: no permission, or gone. Not
+            # kept: the next run tries again.
+            skipped["unreadable"] += 1
+    if cache is not None and (changed or len(holds) != len(held)):
+        cache.save(shard, holds)
 
 
 def hash_of(name: str) -> int:
     """A hash of a file's name that is the same in every process."""
     return zlib.crc32(name.encode("utf-8", "surrogateescape"))
+
+
+def shard_of(name: str) -> int:
+    """The shard of a file's name (Note [The report's cache])."""
+    return hash_of(name) % SHARDS

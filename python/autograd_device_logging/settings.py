@@ -125,6 +125,16 @@ def read(
     )
 
 
+def user_cache_home(env: Optional[Mapping[str, str]] = None) -> str:
+    """The user's cache folder, as the XDG base directory specification
+    names it: $XDG_CACHE_HOME when it is an absolute path, else ~/.cache."""
+    env = os.environ if env is None else env
+    home = env.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(home):
+        return home
+    return os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+
+
 def set_for_children(name: str, value: str) -> None:
     """Sets `name` for the processes this one starts, unless it is set."""
     os.environ.setdefault(name, value)

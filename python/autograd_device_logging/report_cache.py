@@ -1,0 +1,221 @@
+"""The fleet report's cache: what each record file gave the report last
+time, kept by the file's (name, size, mtime, inode) in a directory of the
+user's own.
+
+Note [The report's cache]
+~~~~~~~~~~~~~~~~~~~~~~~~~
+A daily report reads mostly the files it read the day before. So each file's
+part of the report (the Record's fields, or why the file was skipped) is kept
+under the file's key (name, size, modification time in ns, inode), and a
+re-run reads only the files whose key changed: a file rewritten in place
+changes its size or mtime, a file replaced by a rename changes its inode. The
+key is taken before the read (from fstat on the opened file, or lstat when
+the cached part is used), so a file changed while it is read has a new key at
+the next run: the cache can be late by a run, never wrong about a key.
+What is kept is the record's part, not a count: the counts are made anew
+from the parts at every run, so a cached and a fresh report are the same
+report, to the byte, and a file removed simply gives no part.
+
+Files are spread over SHARDS shards by their name's hash (record_reader.
+hash_of); each reading process keeps its shards, and a shard is rewritten
+only when one of its files changed, was added or went. A shard holds a
+header (the cache's format and a hash of the reader's source, so a package
+that reads records differently starts afresh), a CRC of its body, and the
+body (marshal: the parts are plain tuples, dicts and strings). A shard that
+is truncated, corrupt, from another reader or unreadable is ignored with one
+line on stderr, and rewritten.
+
+The cache lives in the user's cache directory ($XDG_CACHE_HOME, else
+~/.cache, then autograd_device_logging/fleet-report/<hash of DIR's real path,
+device and inode>), never in DIR: any user may write DIR (Note [The
+per-process record], process_record.h), and a cache there could be forged
+to hide records. The
+report refuses a --cache-dir inside DIR, and uses a cache folder only when it
+is a folder (not a link) of the user's own that nobody else may write; its
+files are created exclusively and renamed into place. `--cache-dir` moves it,
+`--no-cache` neither reads nor writes it, and removing the folder clears it.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import marshal
+import os
+import stat
+import zlib
+from typing import Dict, List, Optional, Tuple
+
+from . import settings
+
+# Shards per record directory: many more than reading processes
+# (fleet_report_options.MAX_WORKERS), so that each reads about as many.
+SHARDS = 64
+# The layout of a shard; a new one starts the cache afresh.
+FORMAT = 1
+# The files whose code decides what a record's part is.
+_READER_SOURCES = (
+    "record_fields.py",
+    "record_decoder.py",
+    "cost_statistics.py",
+    "vocabulary.py",
+    "report_cache.py",
+)
+_MAGIC = b"autograd_device_logging fleet report cache\n"
+
+# A file's key, and what the file gave the report: the Record's fields as a
+# tuple, or the reason it was skipped.
+Key = Tuple[int, int, int]
+Entries = Dict[str, Tuple[Key, object]]
+
+
+def default_root() -> str:
+    """The per-user folder of every record directory's cache."""
+    return os.path.join(settings.user_cache_home(), "autograd_device_logging", "fleet-report")
+
+
+def _reader_tag() -> bytes:
+    digest = hashlib.sha256(f"format {FORMAT}\n".encode())
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in _READER_SOURCES:
+        with open(os.path.join(here, name), "rb") as f:
+            digest.update(f.read())
+    return _MAGIC + digest.hexdigest().encode() + b"\n"
+
+
+def inside(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or under it, links resolved."""
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([path, directory]) == directory
+
+
+class ReportCache:
+    """The cache of one record directory. Picklable before use: the reading
+    processes each open their own descriptor."""
+
+    def __init__(self, directory: str, root: Optional[str] = None):
+        st = os.stat(directory)
+        real = os.path.realpath(directory)
+        name = hashlib.sha256(f"{real}\0{st.st_dev}\0{st.st_ino}".encode()).hexdigest()[:32]
+        self.root = root or default_root()
+        self.folder = os.path.join(self.root, name)
+        self.directory = real
+        self.tag = _reader_tag()
+        # Each problem met, as one line: the report prints the first.
+        self.problems: List[str] = []
+        self._fd: Optional[int] = None
+        self._usable: Optional[bool] = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_fd"], state["_usable"], state["problems"] = None, None, []
+        return state
+
+    def _problem(self, what: str) -> None:
+        self.problems.append(f"ignoring the report's cache {what}; rebuilding it")
+
+    def _open(self) -> bool:
+        """Opens the folder, made if need be; False (with a problem) when it
+        is not one this user alone may write."""
+        if self._usable is not None:
+            return self._usable
+        self._usable = False
+        try:
+            os.makedirs(self.folder, mode=0o700, exist_ok=True)
+            fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            self._problem(f"{self.folder}: {e.strerror or e}")
+            return False
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            os.close(fd)
+            self.problems.append(
+                f"not using the report's cache {self.folder}: others may write it "
+                "(it must be a folder of your own, mode 0700)"
+            )
+            return False
+        self._fd, self._usable = fd, True
+        try:
+            with open(
+                os.open(
+                    "directory",
+                    os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                    0o600,
+                    dir_fd=fd,
+                ),
+                "w",
+            ) as f:
+                f.write(self.directory + "\n")
+        except OSError:
+            pass  # only a note for whoever looks in the folder
+        return True
+
+    def load(self, shard: int) -> Entries:
+        """The shard's entries; empty when it has none yet, or when it cannot
+        be used (a problem says why)."""
+        if not self._open():
+            return {}
+        name = f"shard-{shard:02d}"
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._fd)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                self._problem(f"{os.path.join(self.folder, name)}: {e.strerror or e}")
+            return {}
+        try:
+            with open(fd, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            self._problem(f"{os.path.join(self.folder, name)}: {e.strerror or e}")
+            return {}
+        tag = self.tag
+        if not data.startswith(tag):
+            reason = "written by another version" if data.startswith(_MAGIC) else "not a cache"
+            self._problem(f"{os.path.join(self.folder, name)}: {reason}")
+            return {}
+        body = memoryview(data)[len(tag) + 4 :]
+        try:
+            if int.from_bytes(data[len(tag) : len(tag) + 4], "little") != zlib.crc32(body):
+                raise ValueError("corrupt")
+            entries = marshal.loads(body)
+            if type(entries) is not dict:
+                raise ValueError("corrupt")
+        except (ValueError, EOFError, TypeError):
+            self._problem(f"{os.path.join(self.folder, name)}: corrupt")
+            return {}
+        return entries
+
+    def save(self, shard: int, entries: Entries) -> None:
+        """Writes the shard: a file of this process's own, renamed into
+        place, so that a reader sees the old shard or the new, never part."""
+        if not self._open():
+            return
+        name = f"shard-{shard:02d}"
+        body = marshal.dumps(entries)
+        temporary = f".{name}.{os.getpid()}"
+        try:
+            fd = os.open(
+                temporary,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=self._fd,
+            )
+            with open(fd, "wb") as f:
+                f.write(self.tag)
+                f.write(zlib.crc32(body).to_bytes(4, "little"))
+                f.write(body)
+            os.replace(temporary, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
+        except OSError as e:
+            self.problems.append(
+                f"could not write the report's cache {os.path.join(self.folder, name)}: "
+                f"{e.strerror or e}"
+            )
+            try:
+                os.unlink(temporary, dir_fd=self._fd)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd, self._usable = None, None

@@ -1,0 +1,322 @@
+"""The fleet report's cache (Note [The report's cache], report_cache.py) and
+the order it counts in (Note [Reading a fleet in parallel]): a report
+from the cache equals a fresh read under any change to the directory, a
+cache that cannot be trusted is ignored with one line and rebuilt, the cache
+is never in the record directory, and the counts do not depend on the order
+in which the records are read."""
+
+import json
+import os
+import random
+import stat
+import subprocess
+import sys
+import tempfile
+
+from common_device_logging import child_env, report_modules, synthetic_record
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+report = report_modules()
+MULTIDEVICE = "torch.autograd.multidevice_backward"
+GPU_CPU = "torch.autograd.gpu_cpu_backward"
+
+
+def random_record(rng, i):
+    """One process of a small fleet: ranks that restart (sometimes on
+    another torch), agents, processes that ran nothing, measured pairs."""
+    job = f"j-{rng.randrange(6)}"
+    role = rng.choice(("rank", "rank", "rank", "agent", "other"))
+    fields = dict(
+        job=job,
+        job_source="torchrun",
+        host=f"node-{rng.randrange(3)}",
+        pid=1000 + i,
+        role=role,
+        rank=rng.randrange(4) if role == "rank" else None,
+        torch={"built_for": "2.9.1", "running": rng.choice(("2.9.1", "2.10.0", "2.13.0"))},
+        events=[e for e in (MULTIDEVICE, GPU_CPU) if rng.random() < 0.4],
+        ran_backward=rng.random() < 0.9,
+        start_time=f"2026-12-0{1 + rng.randrange(3)}T09:00:00Z",
+    )
+    if role == "rank" and rng.random() < 0.7:
+        pairs = [[rng.randrange(900, 1300), 1000] for _ in range(rng.randrange(1, 9))]
+        fields["threading_cost"] = {
+            "pairs": {"single_accelerator": pairs},
+            "not_sampled": {},
+            "discarded": {},
+        }
+    return synthetic_record(**fields)
+
+
+class TestReportCache(TestCase):
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = os.path.join(self.tmp.name, "records")
+        self.cache_root = os.path.join(self.tmp.name, "cache")
+        os.makedirs(self.dir)
+        self.rng = random.Random(7)
+        self.written = 0
+
+    def write(self, name, record=None, text=None):
+        """Writes `name` anew (a new inode, as the library's rename does)."""
+        if text is None:
+            record = random_record(self.rng, self.written) if record is None else record
+            text = json.dumps(record)
+        self.written += 1
+        temporary = os.path.join(self.dir, f".{name}.tmp")
+        with open(temporary, "w") as f:
+            f.write(text)
+        os.replace(temporary, os.path.join(self.dir, name))
+
+    def rewrite_in_place(self, name):
+        """Another record of the same size in the same inode, a second
+        later: only its mtime tells the change."""
+        path = os.path.join(self.dir, name)
+        with open(path) as f:
+            old = f.read()
+        try:
+            record = json.loads(old)
+        except ValueError:  # junk or truncated: a record first
+            self.write(name)
+            return self.rewrite_in_place(name)
+        st = os.stat(path)
+        # Another job of a name as long: j-3 becomes j-4.
+        record["job"] = record["job"][:-1] + str((int(record["job"][-1]) + 1) % 10)
+        text = json.dumps(record)
+        self.assertEqual(len(text), len(old))
+        with open(path, "r+") as f:
+            f.write(text)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        self.assertEqual(os.stat(path).st_ino, st.st_ino)
+
+    def cache(self):
+        return report.report_cache.ReportCache(self.dir, self.cache_root)
+
+    def reports(self, workers=1):
+        """(from the cache, fresh) reports of the directory; the cache met no
+        problem."""
+        cache = self.cache()
+        cached = report.fleet_report.summarize_directory(self.dir, workers=workers, cache=cache)
+        self.assertEqual(cache.problems, [])
+        fresh = report.fleet_report.summarize_directory(self.dir, workers=workers)
+        return cached, fresh
+
+    def run_report(self, *args):
+        return subprocess.run(
+            [sys.executable, "-m", "autograd_device_logging", "report", self.dir, *args],
+            env=child_env(self.dir),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    def test_cached_and_fresh_reports_are_equal_under_random_changes(self):
+        names = [f"r{i}.json" for i in range(60)]
+        for name in names:
+            self.write(name)
+        changes = ("add", "remove", "replace", "in place", "truncate", "junk")
+        seen = set()
+        for round in range(12):
+            cached, fresh = self.reports(workers=1 + round % 3)
+            self.assertEqual(cached, fresh, f"round {round}")
+            self.assertGreater(fresh["jobs"]["(all jobs)"]["processes"], 0)
+            for _ in range(self.rng.randrange(1, 6)):
+                change = self.rng.choice(changes)
+                seen.add(change)
+                if change == "add":
+                    name = f"r{len(names)}.json"
+                    names.append(name)
+                    self.write(name)
+                    continue
+                name = self.rng.choice(names)
+                path = os.path.join(self.dir, name)
+                if not os.path.exists(path):
+                    self.write(name)
+                elif change == "remove":
+                    os.unlink(path)
+                elif change == "replace":
+                    self.write(name)
+                elif change == "in place":
+                    self.rewrite_in_place(name)
+                elif change == "truncate":
+                    with open(path, "r+") as f:
+                        f.truncate(os.path.getsize(path) // 2)
+                else:
+                    self.write(name, text="{not json")
+        self.assertEqual(seen, set(changes))
+        cached, fresh = self.reports(workers=2)
+        self.assertEqual(cached, fresh)
+
+    def test_a_file_rewritten_in_place_with_the_same_size_is_read_again(self):
+        # The key's mtime alone tells this change (a mutation that leaves it
+        # out of the key turns this red).
+        for i in range(8):
+            self.write(f"r{i}.json", random_record(random.Random(i), i))
+        cached, fresh = self.reports()
+        self.rewrite_in_place("r3.json")
+        cached, fresh = self.reports()
+        self.assertEqual(cached, fresh)
+
+    def test_the_command_line_gives_the_same_bytes_from_the_cache(self):
+        for i in range(40):
+            self.write(f"r{i}.json")
+        cache_dir = os.path.join(self.tmp.name, "cli-cache")
+        first = self.run_report("--json", "--cache-dir", cache_dir)
+        self.assertEqual((first.returncode, first.stderr), (0, ""))
+        folders = os.listdir(cache_dir)
+        self.assertEqual(len(folders), 1)
+        folder = os.path.join(cache_dir, folders[0])
+        self.assertEqual(stat.S_IMODE(os.stat(folder).st_mode), 0o700)
+        self.assertTrue(any(n.startswith("shard-") for n in os.listdir(folder)))
+        again = self.run_report("--json", "--cache-dir", cache_dir)
+        self.assertEqual((again.returncode, again.stderr), (0, ""))
+        fresh = self.run_report("--json", "--no-cache")
+        self.assertEqual(first.stdout, again.stdout)
+        self.assertEqual(first.stdout, fresh.stdout)
+
+    def test_a_cache_that_cannot_be_trusted_is_ignored_with_one_line_and_rebuilt(self):
+        for i in range(40):
+            self.write(f"r{i}.json")
+        cache_dir = os.path.join(self.tmp.name, "cli-cache")
+        fresh = self.run_report("--json", "--no-cache").stdout
+        self.assertEqual(self.run_report("--json", "--cache-dir", cache_dir).stdout, fresh)
+        (folder,) = [os.path.join(cache_dir, n) for n in os.listdir(cache_dir)]
+        shards = sorted(n for n in os.listdir(folder) if n.startswith("shard-"))
+        self.assertGreaterEqual(len(shards), 4)
+
+        def damage(name, how):
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                data = f.read()
+            if how == "truncated":
+                data = data[: len(data) // 2]
+            elif how == "flipped":
+                data = data[:-3] + bytes([data[-3] ^ 0x55]) + data[-2:]
+            elif how == "another version":
+                magic = report.report_cache._MAGIC
+                data = magic + b"0" * 64 + data[len(magic) + 64 :]
+            else:
+                data = b"\x00junk"
+            with open(path, "wb") as f:
+                f.write(data)
+
+        for name, how in zip(shards, ("truncated", "flipped", "another version", "junk")):
+            damage(name, how)
+        os.chmod(os.path.join(folder, shards[4]), 0)
+        proc = self.run_report("--json", "--cache-dir", cache_dir)
+        self.assertEqual(proc.returncode, 0)
+        self.assertEqual(proc.stdout, fresh)
+        lines = proc.stderr.splitlines()
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn("ignoring the report's cache", lines[0])
+        self.assertIn("rebuilding it", lines[0])
+        # Rebuilt: the next run meets nothing.
+        proc = self.run_report("--json", "--cache-dir", cache_dir)
+        self.assertEqual((proc.stdout, proc.stderr), (fresh, ""))
+
+    def test_the_cache_is_the_users_and_never_in_the_record_directory(self):
+        for i in range(10):
+            self.write(f"r{i}.json")
+        before = sorted(os.listdir(self.dir))
+        home = os.path.join(self.tmp.name, "xdg")
+        env = child_env(self.dir, XDG_CACHE_HOME=home)
+        proc = subprocess.run(
+            [sys.executable, "-m", "autograd_device_logging", "report", self.dir, "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        self.assertEqual((proc.returncode, proc.stderr), (0, ""))
+        self.assertEqual(sorted(os.listdir(self.dir)), before)
+        root = os.path.join(home, "autograd_device_logging", "fleet-report")
+        (folder,) = os.listdir(root)
+        with open(os.path.join(root, folder, "directory")) as f:
+            self.assertEqual(f.read(), os.path.realpath(self.dir) + "\n")
+        # Named in DIR: refused before anything is read.
+        proc = self.run_report("--cache-dir", os.path.join(self.dir, "cache"))
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--cache-dir must not be in DIR", proc.stderr)
+        self.assertEqual(sorted(os.listdir(self.dir)), before)
+        # The default in DIR (a home that is the records' folder): not used.
+        proc = subprocess.run(
+            [sys.executable, "-m", "autograd_device_logging", "report", self.dir, "--json"],
+            env=dict(env, XDG_CACHE_HOME=self.dir),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        self.assertEqual(proc.returncode, 0)
+        self.assertIn("not using the report's cache", proc.stderr)
+        self.assertEqual(sorted(os.listdir(self.dir)), before)
+
+    def test_a_cache_folder_others_may_write_is_not_used(self):
+        for i in range(10):
+            self.write(f"r{i}.json")
+        cache_dir = os.path.join(self.tmp.name, "cli-cache")
+        fresh = self.run_report("--json", "--cache-dir", cache_dir).stdout
+        (folder,) = [os.path.join(cache_dir, n) for n in os.listdir(cache_dir)]
+        for name in os.listdir(folder):
+            if name.startswith("shard-"):
+                with open(os.path.join(folder, name), "wb") as f:
+                    f.write(b"forged")
+        os.chmod(folder, 0o777)
+        proc = self.run_report("--json", "--cache-dir", cache_dir)
+        self.assertEqual(proc.stdout, fresh)
+        lines = proc.stderr.splitlines()
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn("others may write it", lines[0])
+
+
+class TestCountsDoNotDependOnWhoReadWhat(TestCase):
+    def test_the_order_records_are_read_in_does_not_matter(self):
+        # Note [Reading a fleet in parallel]: which process reads which file,
+        # and whether a part comes from the cache, changes the order in which
+        # records are counted, never the report.
+        rng = random.Random(3)
+        decode = report.record_decoder.decode
+        records = [decode(json.dumps(random_record(rng, i)).encode()) for i in range(300)]
+        reports = []
+        for trial in range(5):
+            rng.shuffle(records)
+            totals = report.fleet_totals.FleetTotals()
+            for r in records:
+                totals.add(r)
+            reports.append(totals.report())
+        self.assertTrue(reports[0]["releases"])
+        for trial, result in enumerate(reports[1:], 1):
+            self.assertEqual(result, reports[0], f"trial {trial}")
+
+    def test_a_restarted_rank_counts_under_its_newest_release(self):
+        # Note [A restarted rank counts once, under its newest release]:
+        # whichever record is read first.
+        decode = report.record_decoder.decode
+
+        def rank(pid, running):
+            return decode(
+                json.dumps(
+                    synthetic_record(
+                        job="j",
+                        host="h",
+                        pid=pid,
+                        role="rank",
+                        rank=0,
+                        torch={"built_for": running, "running": running},
+                    )
+                ).encode()
+            )
+
+        older, newer = rank(1, "2.9.1"), rank(2, "2.10.0+cu130")
+        for order in ((older, newer), (newer, older)):
+            totals = report.fleet_totals.FleetTotals()
+            for r in order:
+                totals.add(r)
+            result = totals.report()
+            self.assertEqual(list(result["releases"]), ["2.10.0+cu130"])
+            self.assertEqual(result["jobs"]["j"]["ranks"], 1)
+
+
+if __name__ == "__main__":
+    run_tests()
