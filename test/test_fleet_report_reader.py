@@ -851,11 +851,25 @@ class TestFleetReportReader(TestCase):
         self.measured_fleet()
         proc = self.report(self.dir, "--workers", "2")
         self.assertEqual((proc.returncode, proc.stderr), (0, ""))
-        # The same on a terminal: progress on stderr, the table on stdout.
+        # The same on a terminal: progress on stderr, the table on stdout;
+        # with --json, nothing on the terminal.
+        shown, proc = self.on_a_terminal()
+        files = len([n for n in os.listdir(self.dir) if n.endswith(".json")])
+        self.assertRegex(shown.decode(), rf"reading records: +100%.*{files}/{files}")
+        self.assertIn("(all jobs)", proc.stdout.decode())
+        shown, proc = self.on_a_terminal("--json")
+        self.assertEqual(shown, b"")
+        self.assertIn("(all jobs)", json.loads(proc.stdout)["jobs"])
+
+    def on_a_terminal(self, *args):
+        """(what stderr showed on a terminal, the finished process) of the
+        report with `args`."""
+        import pty
+
         leader, follower = pty.openpty()
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "autograd_device_logging", "report", self.dir],
+                [sys.executable, "-m", "autograd_device_logging", "report", self.dir, *args],
                 env=child_env(self.dir),
                 stdout=subprocess.PIPE,
                 stderr=follower,
@@ -877,9 +891,7 @@ class TestFleetReportReader(TestCase):
             if follower is not None:
                 os.close(follower)
         self.assertEqual(proc.returncode, 0)
-        files = len([n for n in os.listdir(self.dir) if n.endswith(".json")])
-        self.assertRegex(shown.decode(), rf"reading records: +100%.*{files}/{files}")
-        self.assertIn("(all jobs)", proc.stdout.decode())
+        return shown, proc
 
 
 if __name__ == "__main__":
