@@ -41,9 +41,10 @@ def read_record(path, dir_fd: Optional[int], buffer: bytearray) -> Tuple[Record,
 
     The directory is shared (any user may add entries), so nothing in it is
     followed or waited on: the open() does not follow a symbolic link and does
-    not block, so a FIFO (which would block until a writer came) reads as
-    empty, and a directory fails to read, whether it was listed as one (then
-    read_records skips it first) or replaced the file after the listing."""
+    not block (a FIFO would block until a writer came), and what it opened is
+    read only when it is a regular file, whether the listing said so (then
+    read_records skips the others first) or another entry replaced the file
+    after the listing."""
     try:
         fd = os.open(path, _FLAGS, dir_fd=dir_fd)
     except OSError as e:
@@ -52,13 +53,13 @@ def read_record(path, dir_fd: Optional[int], buffer: bytearray) -> Tuple[Record,
         raise
     try:
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            # A FIFO or device that replaced the file after the listing.
+            raise Skip("not a regular file")
         size = os.readv(fd, [buffer])
     finally:
         os.close(fd)
     key = (st.st_size, st.st_mtime_ns, st.st_ino)
-    if not stat.S_ISREG(st.st_mode):
-        # A FIFO or device that replaced the file after the listing.
-        raise Skip("not a regular file")
     if size > MAX_RECORD_BYTES:
         raise Skip("too large", key)
     with memoryview(buffer) as view:
@@ -78,7 +79,7 @@ def read_records(
     cache: Optional[ReportCache] = None,
 ) -> Iterator[Record]:
     """The records of `directory`, one at a time; what is not one is counted
-    in `skipped` by reason. Only the files of `shards` (by shard_of their
+    in `skipped` by reason. Only the files of `shards` (shard_of their
     name; None: all), so that processes reading concurrently share no file
     even while the directory changes. With a `cache`, a file whose key it
     holds is not read again (Note [The report's cache]); a cached record
@@ -115,7 +116,7 @@ def _read_listed(
             if not is_record_name(name):
                 continue
             encoded = name.encode("utf-8", "surrogateescape")
-            listed = names.get(zlib.crc32(encoded) % SHARDS)
+            listed = names.get(shard_of(encoded))
             if listed is None:
                 continue
             if entry.is_symlink():
@@ -184,11 +185,7 @@ def _read_shard(
         cache.save(shard, holds)
 
 
-def hash_of(name: str) -> int:
-    """A hash of a file's name that is the same in every process."""
-    return zlib.crc32(name.encode("utf-8", "surrogateescape"))
-
-
-def shard_of(name: str) -> int:
-    """The shard of a file's name (Note [The report's cache])."""
-    return hash_of(name) % SHARDS
+def shard_of(name: bytes) -> int:
+    """The shard of a file's name, as bytes (Note [The report's cache]): the
+    same in every process."""
+    return zlib.crc32(name) % SHARDS

@@ -16,8 +16,8 @@ What is kept is the record's part, not a count: the counts are made anew
 from the parts at every run, so a cached and a fresh report are the same
 report, to the byte, and a file removed simply gives no part.
 
-Files are spread over SHARDS shards by their name's hash (record_reader.
-hash_of); each reading process keeps its shards, and a shard is rewritten
+Files are spread over SHARDS shards by their name's hash
+(record_reader.shard_of); each reading process keeps its shards, and a shard is rewritten
 only when one of its files changed, was added or went. A shard holds a
 header (the cache's format and a hash of the reader's source, so a package
 that reads records differently starts afresh), a CRC of its body, and the
