@@ -269,6 +269,19 @@ class TestReportCache(TestCase):
         self.assertEqual(len(lines), 1, proc.stderr)
         self.assertIn("others may write it", lines[0])
 
+    def test_a_cache_folder_that_cannot_be_made_is_one_line(self):
+        for i in range(10):
+            self.write(f"r{i}.json")
+        fresh = self.run_report("--json", "--no-cache").stdout
+        a_file = os.path.join(self.tmp.name, "a-file")
+        with open(a_file, "w"):
+            pass
+        proc = self.run_report("--json", "--cache-dir", os.path.join(a_file, "cache"))
+        self.assertEqual((proc.returncode, proc.stdout), (0, fresh))
+        lines = proc.stderr.splitlines()
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn("not using the report's cache", lines[0])
+
 
 class TestCountsDoNotDependOnWhoReadWhat(TestCase):
     def test_the_order_records_are_read_in_does_not_matter(self):

@@ -106,8 +106,8 @@ def _read_part(directory: str, shards, cache, out) -> None:
 # reads with a process per core (at most fleet_report_options.MAX_WORKERS): this one and the
 # reading processes it forks. Each lists the directory itself and reads the
 # files of its shards (report_cache.SHARDS, by the hash of the name), so no
-# file is read twice even while jobs add records, and no list of a million
-# names is built or sent; each keeps its shards' cache. The
+# file is read twice even while jobs add records, and no name is sent from one
+# process to another; each keeps its shards' cache. The
 # others hand their checked records, in batches, over a bounded queue to this
 # process, which counts every record, its own between its reads: one
 # FleetTotals, and every count is a sum, a union or a rule on the records

@@ -74,12 +74,18 @@ def default_root() -> str:
     return os.path.join(settings.user_cache_home(), "autograd_device_logging", "fleet-report")
 
 
-def _reader_tag() -> bytes:
+def _reader_tag() -> Optional[bytes]:
+    """The header of this reader's shards; None where its source cannot be
+    read (a package without its .py files), which cannot tell one reader
+    from another."""
     digest = hashlib.sha256(f"format {FORMAT}\n".encode())
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in _READER_SOURCES:
-        with open(os.path.join(here, name), "rb") as f:
-            digest.update(f.read())
+    try:
+        for name in _READER_SOURCES:
+            with open(os.path.join(here, name), "rb") as f:
+                digest.update(f.read())
+    except OSError:
+        return None
     return _MAGIC + digest.hexdigest().encode() + b"\n"
 
 
@@ -120,11 +126,17 @@ class ReportCache:
         if self._usable is not None:
             return self._usable
         self._usable = False
+        if self.tag is None:
+            self.problems.append(
+                "not using the report's cache: the reader's source files are not installed, "
+                "so a cache of another version could not be told apart"
+            )
+            return False
         try:
             os.makedirs(self.folder, mode=0o700, exist_ok=True)
             fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as e:
-            self._problem(f"{self.folder}: {e.strerror or e}")
+            self.problems.append(f"not using the report's cache {self.folder}: {e.strerror or e}")
             return False
         st = os.fstat(fd)
         if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
