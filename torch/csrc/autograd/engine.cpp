@@ -42,24 +42,6 @@
 
 namespace torch::autograd {
 
-namespace {
-
-// Out of line, so that a pass after both events fired pays only the load
-// and compare above, with nothing kept across libtorch's walk
-// (docs/performance.md: "after both events fired").
-C10_NOINLINE void
-classify_the_pass(Node* root, GraphTask& task, uint64_t min_topo_nr) {
-  namespace detail = device_logging::detail;
-  const bool on_calling_thread =
-      device_logging::log_backward_devices(root, task, min_topo_nr);
-  if (detail::state.load(std::memory_order_relaxed) &
-      detail::kStateCallingThread) {
-    detail::note_pass_starting(task, on_calling_thread);
-  }
-}
-
-} // namespace
-
 void Engine::compute_dependencies(
     Node* root,
     GraphTask& task,
@@ -99,13 +81,15 @@ void Engine::compute_dependencies(
   }
 #endif
   // Once both events fired (and statistics are off), this load and compare
-  // are all a pass costs; see Note [Device logging state]. With the
-  // calling-thread opt-in on, the pass's class decides where its nodes run
-  // (Note [Single-device passes on the calling thread]).
+  // are all a pass costs; see Note [Device logging state]. The rest is out of
+  // line, so nothing is kept across libtorch's walk but what the call takes
+  // (docs/performance.md: "after both events fired"). With the calling-thread
+  // opt-in on, the pass's class decides where its nodes run (Note
+  // [Single-device passes on the calling thread]).
   if (C10_UNLIKELY(
           detail::state.load(std::memory_order_relaxed) !=
           detail::kNothingLeftToLog)) {
-    classify_the_pass(root, task, min_topo_nr);
+    device_logging::log_backward_devices(root, task, min_topo_nr);
   }
 }
 

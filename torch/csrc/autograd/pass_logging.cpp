@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/pass_logging.h>
 
 #include <torch/csrc/autograd/backward_device_classifier.h>
+#include <torch/csrc/autograd/calling_thread_policy.h>
 #include <torch/csrc/autograd/device_logging_state.h>
 #include <torch/csrc/autograd/device_stats_recording.h>
 #include <torch/csrc/autograd/pass_census.h>
@@ -232,7 +233,7 @@ C10_NOINLINE bool classify_for_calling_thread(
 // passes of a process where no accelerator was seen yet, passes under a
 // test's injected fault, passes while some thread requested a census, and
 // passes while single-device passes run on the calling thread.
-C10_NOINLINE bool log_backward_devices_slow(
+bool classify_off_the_common_path(
     const Node* root,
     const GraphTask& task,
     uint64_t min_topo_nr,
@@ -286,6 +287,22 @@ C10_NOINLINE bool log_backward_devices_slow(
       stats,
       current & detail::kStateFaultForTesting);
   return false;
+}
+
+// The slow path; while the calling-thread opt-in is on (then every pass takes
+// it), the pass is noted before its root is queued, with where its nodes run
+// (Note [The calling thread from the root], calling_thread_policy.h). Kept off
+// the common path, so that the opt-in costs that path nothing.
+C10_NOINLINE void log_backward_devices_slow(
+    const Node* root,
+    const GraphTask& task,
+    uint64_t min_topo_nr,
+    detail::StateWord current) noexcept {
+  const bool on_calling_thread =
+      classify_off_the_common_path(root, task, min_topo_nr, current);
+  if (state.load(std::memory_order_relaxed) & detail::kStateCallingThread) {
+    detail::note_pass_starting(task, on_calling_thread);
+  }
 }
 
 using NodeSet = decltype(GraphTask::nodes_in_graph_);
@@ -344,7 +361,7 @@ C10_ALWAYS_INLINE void classify_on_the_fast_path(
 // function makes is a tail call, so the common pass (one device) runs with no
 // stack frame at all; this is what keeps a 10-node pass under upstream's own
 // per-pass cost.
-bool log_backward_devices(
+void log_backward_devices(
     const Node* root,
     const GraphTask& task,
     uint64_t min_topo_nr) noexcept {
@@ -355,7 +372,8 @@ bool log_backward_devices(
       detail::kStateActive | detail::kStateAcceleratorSeen;
   const detail::StateWord current = state.load(std::memory_order_relaxed);
   if ((current & kFastPathMask) != kFastPath) {
-    return log_backward_devices_slow(root, task, min_topo_nr, current);
+    log_backward_devices_slow(root, task, min_topo_nr, current);
+    return;
   }
   detail::passes_classified.fetch_add(1, std::memory_order_relaxed);
   const uint8_t pending =
@@ -365,7 +383,6 @@ bool log_backward_devices(
   } else {
     classify_on_the_fast_path<true>(root, task, min_topo_nr, pending);
   }
-  return false;
 }
 
 void set_classifier_fault_for_testing(

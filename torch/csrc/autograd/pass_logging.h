@@ -13,10 +13,11 @@ namespace torch::autograd::device_logging {
 
 // Classifies the pass whose dependencies were just computed (with
 // `min_topo_nr`, as the walk got it) and emits the API-usage events it
-// decides; true when the pass should run on the calling thread (the opt-in is
-// on and the pass is single_accelerator: Note [Single-device passes on the
-// calling thread]). Never throws and never allocates per node.
-bool log_backward_devices(
+// decides; with the calling-thread opt-in on, notes whether the pass runs on
+// the calling thread (it does when it is single_accelerator: Note
+// [Single-device passes on the calling thread]). Never throws and never
+// allocates per node.
+void log_backward_devices(
     const Node* root,
     const GraphTask& task,
     uint64_t min_topo_nr) noexcept;
