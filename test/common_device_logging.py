@@ -20,6 +20,7 @@ import tempfile
 import textwrap
 import types
 import unittest
+import uuid
 
 import jsonschema
 import pytest
@@ -366,6 +367,20 @@ JOB_NAMING = (
     "OTEL_SERVICE_NAME",
     "OTEL_RESOURCE_ATTRIBUTES",
 )
+
+
+def one_node_torchrun():
+    """torchrun's arguments for one node of ranks, as ``--standalone`` means
+    them: the c10d rendezvous and a run id drawn at random (a uuid4, which
+    Note [Which job a process belongs to] names a job by what follows). The
+    endpoint is a free port: older torch's ``--standalone`` (2.0.1's) binds
+    port 29400, so two launches at once (pytest-xdist's workers) collide."""
+    return [
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=localhost:0",
+        f"--rdzv-id={uuid.uuid4()}",
+        "--nnodes=1",
+    ]
 
 
 # The fleet report's cache folder for the children of this test process

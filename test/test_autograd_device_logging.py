@@ -27,6 +27,7 @@ from common_device_logging import (
     TORCH_LOGS_EVENTS,
     WITH_TEST_ACCELERATOR,
     autograd_events,
+    one_node_torchrun,
     require_built,
     run_child,
     run_code,
@@ -852,7 +853,7 @@ class TestDeviceStats(TestCase):
             [
                 "-m",
                 "torch.distributed.run",
-                "--standalone",
+                *one_node_torchrun(),
                 "--nproc-per-node=2",
                 "-m",
                 "autograd_device_logging",

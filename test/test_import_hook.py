@@ -27,6 +27,7 @@ from common_device_logging import (
     autograd_events,
     build_wheel,
     fresh_venv,
+    one_node_torchrun,
     skip_where_torch_logs_events,
 )
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -281,7 +282,7 @@ class TestImportHook(TestCase):
             [
                 "-m",
                 "torch.distributed.run",
-                "--standalone",
+                *one_node_torchrun(),
                 "--nproc-per-node=2",
                 script,
                 self.tmp,

@@ -21,6 +21,7 @@ from common_device_logging import (
     RECORD_ON_DISK_WITHIN_S,
     RECORD_SCHEMA,
     child_env,
+    one_node_torchrun,
     program_job,
     report_modules,
     require_built,
@@ -218,7 +219,7 @@ class TestJobIdentity(TestCase):
                 dist.destroy_process_group()
             """,
         )
-        # --standalone draws a new run id at random at every run, so the ranks
+        # One node's run id is drawn at random at every run, so the ranks
         # are named by their script, the same at every run. The launcher runs
         # torchrun's agent in its own process, so the agent keeps a record too.
         command = [
@@ -226,7 +227,7 @@ class TestJobIdentity(TestCase):
             "autograd_device_logging",
             "-m",
             "torch.distributed.run",
-            "--standalone",
+            *one_node_torchrun(),
             "--nproc-per-node=2",
             script,
         ]
