@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import unittest.mock
 
 from common_device_logging import child_env, report_modules, synthetic_record
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -281,6 +282,24 @@ class TestReportCache(TestCase):
         lines = proc.stderr.splitlines()
         self.assertEqual(len(lines), 1, proc.stderr)
         self.assertIn("not using the report's cache", lines[0])
+
+    def test_a_shard_another_interpreter_wrote_is_not_read(self):
+        # marshal's format is the interpreter's (Note [The report's cache]):
+        # a shard written by another is another version's, never loaded.
+        cache_module = report.report_cache
+        entries = {b"r0.json": ((1, 2, 3), "junk")}
+        cache = cache_module.ReportCache(self.dir, self.cache_root)
+        cache.save(0, entries)
+        cache.close()
+        again = cache_module.ReportCache(self.dir, self.cache_root)
+        self.assertEqual(again.load(0), entries)
+        again.close()
+        with unittest.mock.patch.object(cache_module, "_INTERPRETER", "cpython-399 marshal 9"):
+            other = cache_module.ReportCache(self.dir, self.cache_root)
+        self.assertEqual(other.load(0), {})
+        other.close()
+        self.assertEqual(len(other.problems), 1, other.problems)
+        self.assertIn("written by another version", other.problems[0])
 
 
 class TestCountsDoNotDependOnWhoReadWhat(TestCase):

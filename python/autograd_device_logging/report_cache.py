@@ -21,7 +21,8 @@ Files are spread over SHARDS shards by their name's hash
 only when one of its files changed, was added or went. A shard holds a
 header (the cache's format and a hash of the reader's source, so a package
 that reads records differently starts afresh), a CRC of its body, and the
-body (marshal: the parts are plain tuples, dicts and strings). A shard that
+body (marshal: the parts are plain tuples, dicts and strings; marshal's
+format belongs to the interpreter, so the header names it too). A shard that
 is truncated, corrupt, from another reader or unreadable is ignored with one
 line on stderr, and rewritten.
 
@@ -43,6 +44,7 @@ import hashlib
 import marshal
 import os
 import stat
+import sys
 import zlib
 from typing import Dict, List, Optional, Tuple
 
@@ -62,11 +64,13 @@ _READER_SOURCES = (
     "report_cache.py",
 )
 _MAGIC = b"autograd_device_logging fleet report cache\n"
+# What reads a shard's body back: marshal's format is the interpreter's.
+_INTERPRETER = f"{sys.implementation.cache_tag} marshal {marshal.version}"
 
 # A file's key, and what the file gave the report: the Record's fields as a
 # tuple, or the reason it was skipped.
 Key = Tuple[int, int, int]
-Entries = Dict[str, Tuple[Key, object]]
+Entries = Dict[bytes, Tuple[Key, object]]
 
 
 def default_root() -> str:
@@ -78,7 +82,7 @@ def _reader_tag() -> Optional[bytes]:
     """The header of this reader's shards; None where its source cannot be
     read (a package without its .py files), which cannot tell one reader
     from another."""
-    digest = hashlib.sha256(f"format {FORMAT}\n".encode())
+    digest = hashlib.sha256(f"format {FORMAT}\n{_INTERPRETER}\n".encode())
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         for name in _READER_SOURCES:
