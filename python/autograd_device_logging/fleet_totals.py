@@ -25,13 +25,15 @@ ALL_JOBS = "(all jobs)"
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # A rank's records (a restart keeps one more) fold into one small int: the
 # union of their events in the low two bits, the number of a torch release
-# above them. The release is the newest of the rank's records' (by version,
-# then by name): a rule on the records, not on the order they are read in,
-# so the report is the same whichever process reads which file, and whether
-# a record comes from its file or from the cache (Note [The report's cache],
-# report_cache.py). A rank restarted on an upgraded torch counts under the
-# upgrade. One short string and one small int per rank keep a million ranks
-# in the report's memory target.
+# above them. The release is the newest of the rank's records' (by the
+# numbers of its version, then by name; the report runs on the standard
+# library alone, which has no PEP 440 parser, so a pre-release such as
+# 2.6.0a0 counts as after 2.6.0): a rule on the records, not on the order
+# they are read in, so the report is the same whichever process reads which
+# file, and whether a record comes from its file or from the cache (Note [The
+# report's cache], report_cache.py). A rank restarted on an upgraded torch
+# counts under the upgrade. One short string and one small int per rank keep
+# a million ranks in the report's memory target.
 _RELEASE_NUMBERS = re.compile(r"[0-9]+")
 
 
