@@ -30,28 +30,23 @@ option).
 
 from __future__ import annotations
 
-import collections
 import gc
 import json
-import operator
 import os
 import queue as queue_module
 import sys
 from collections import Counter
-from typing import FrozenSet, List, Optional, Tuple
+from typing import FrozenSet, List, Optional
 
 from .fleet_report_options import make_parser, table_width
 from .fleet_totals import ALL_JOBS, FleetTotals
-from .record_fields import Record
-from .record_reader import is_record_name, read_records
+from .record_reader import RecordFields, as_fields, is_record_name, read_records
 from .report_cache import SHARDS, ReportCache, inside
 from .report_text import format_table
 
-# Records a reading process hands over at a time.
+# Records a reading process hands over at a time, each as the cache keeps it
+# (record_reader.as_fields): a plain tuple pickles fastest.
 BATCH = 1000
-# A Record as a reading process hands it over: a plain tuple pickles fastest.
-_as_tuple = operator.attrgetter(*Record.__slots__)
-_RecordFields = collections.namedtuple("_RecordFields", Record.__slots__)
 
 
 class _Progress:
@@ -90,7 +85,7 @@ def _read_part(directory: str, shards, cache, out) -> None:
         skipped: Counter = Counter()
         batch: list = []
         for record in read_records(directory, skipped, shards, cache):
-            batch.append(_as_tuple(record))
+            batch.append(as_fields(record))
             if len(batch) == BATCH:
                 out.put(("records", batch, len(batch)))
                 batch = []
@@ -170,7 +165,7 @@ class _Readers:
     def take(self, wait: bool) -> None:
         """Counts what the reading processes handed over; with `wait`, until
         every one is done."""
-        make = _RecordFields._make
+        make = RecordFields._make
         while self.running:
             try:
                 kind, payload, files = self.out.get(timeout=1.0) if wait else self.out.get_nowait()
