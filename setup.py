@@ -19,6 +19,7 @@ installing a library that can only disable itself.
 """
 
 import contextlib
+import glob
 import os
 import re
 import shutil
@@ -84,18 +85,20 @@ class BuildWithCMake(build_py):
                     build,
                     "--target",
                     "autograd_device_logging_library",
+                    "autograd_device_logging_python",
                     "--parallel",
                     str(os.cpu_count() or 1),
                 ]
             )
             target = os.path.join(self.build_lib, "autograd_device_logging")
             os.makedirs(target, exist_ok=True)
-            shutil.copy2(
-                os.path.join(
-                    build, "python", "autograd_device_logging", "libautograd_device_logging.so"
-                ),
-                target,
-            )
+            built = os.path.join(build, "python", "autograd_device_logging")
+            shutil.copy2(os.path.join(built, "libautograd_device_logging.so"), target)
+            # The report's compiled reading of the measured pairs, where the
+            # build found simdjson (Note [The pairs' values in compiled code],
+            # record_decoder.py).
+            for extension in glob.glob(os.path.join(built, "_threading_cost_values.*.so")):
+                shutil.copy2(extension, target)
 
 
 try:

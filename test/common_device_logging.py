@@ -12,6 +12,7 @@ import glob
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -64,6 +65,17 @@ def autograd_events(stderr):
         for line in stderr.splitlines()
         if line.startswith("PYTORCH_API_USAGE torch.autograd.") and line.split()[1] in EVENTS
     ]
+
+
+def built_with_simdjson() -> bool:
+    """Whether the build under test found simdjson, so that it has the
+    report's compiled reading of the measured pairs (Note [The pairs' values
+    in compiled code], record_decoder.py): found, and not sanitized."""
+    with open(os.path.join(BUILD_DIR, "CMakeCache.txt")) as f:
+        cache = f.read()
+    found = re.search(r"^simdjson_DIR:PATH=(.*)$", cache, re.M)
+    sanitized = re.search(r"^AUTOGRAD_DEVICE_LOGGING_SANITIZER:STRING=(.+)$", cache, re.M)
+    return bool(found and not found.group(1).endswith("-NOTFOUND") and not sanitized)
 
 
 def require_built(test, *paths):

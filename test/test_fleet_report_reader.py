@@ -25,10 +25,12 @@ import hypothesis.configuration
 import hypothesis.strategies as st
 import jsonschema
 from common_device_logging import (
+    BUILD_DIR,
     LIBRARY,
     PACKAGE_ROOT,
     RECORD_SCHEMA,
     TEST_DIR,
+    built_with_simdjson,
     child_env,
     known_values_outside_the_schema,
     report_modules,
@@ -892,6 +894,129 @@ class TestFleetReportReader(TestCase):
                 os.close(follower)
         self.assertEqual(proc.returncode, 0)
         return shown, proc
+
+
+# Note [The pairs' values in compiled code]: the pairs' JSON text, as the
+# compiled reading takes it and as the Python path refuses or values it.
+PLAIN_DURATIONS = st.integers(min_value=1, max_value=2**53) | st.sampled_from(
+    [1, 2, 2**53 - 1, 2**53]
+)
+ANY_DURATIONS = (
+    PLAIN_DURATIONS
+    | st.integers(min_value=-3, max_value=0)
+    | st.integers(min_value=2**53 + 1, max_value=2**64 + 3)
+    | st.floats(min_value=1, max_value=1e12)
+    | st.text(max_size=2)
+    | st.none()
+)
+CLASS_NAMES = st.sampled_from(["single_accelerator", "multi_accelerator", "cpu_only"]) | st.text(
+    max_size=4
+)
+
+
+def pairs_text(entries, ascii_only=True) -> bytes:
+    """The JSON object of `entries` [(class, pairs)], a class named twice
+    written twice."""
+    return (
+        "{"
+        + ",".join(
+            f"{json.dumps(name, ensure_ascii=ascii_only)}:{json.dumps(pairs)}"
+            for name, pairs in entries
+        )
+        + "}"
+    ).encode()
+
+
+def as_bits(values):
+    return None if values is None else {c: (a.hex(), b.hex(), n) for c, (a, b, n) in values.items()}
+
+
+class TestCompiledPairsValues(TestCase):
+    def setUp(self):
+        super().setUp()
+        self.values = report.record_decoder.pairs_values
+        if self.values is None:
+            self.skipTest(
+                "the build has no _threading_cost_values (no simdjson where it was built: "
+                "test_the_build_with_simdjson_has_the_compiled_reading says whether it should)"
+            )
+
+    @hypothesis.settings(max_examples=1000, deadline=None, database=None)
+    @hypothesis.given(
+        st.lists(
+            st.tuples(
+                CLASS_NAMES,
+                st.lists(st.lists(PLAIN_DURATIONS, min_size=2, max_size=2), max_size=70),
+            ),
+            max_size=3,
+            unique_by=lambda entry: entry[0],
+        ),
+        st.booleans(),
+    )
+    def test_plain_pairs_are_valued_in_compiled_code_to_the_bit(self, entries, ascii_only):
+        text = pairs_text(entries, ascii_only)
+        compiled = self.values(text, report.record_fields.MAX_PAIRS)
+        self.assertIsNotNone(compiled, text)
+        self.assertEqual(as_bits(compiled), as_bits(report.record_decoder.values_in_python(text)))
+
+    @hypothesis.settings(max_examples=1500, deadline=None, database=None)
+    @hypothesis.given(
+        st.lists(
+            st.tuples(
+                CLASS_NAMES,
+                st.lists(st.lists(ANY_DURATIONS, min_size=1, max_size=3), max_size=6)
+                # Counts the schema allows but a double does not hold.
+                | st.lists(
+                    st.lists(
+                        st.integers(min_value=2**53 - 8, max_value=2**60), min_size=2, max_size=2
+                    ),
+                    min_size=1,
+                    max_size=5,
+                )
+                | st.lists(ANY_DURATIONS, max_size=2)
+                | ANY_DURATIONS,
+            ),
+            max_size=3,
+        ),
+        st.booleans(),
+    )
+    def test_any_other_pairs_are_left_to_python_or_valued_the_same(self, entries, ascii_only):
+        text = pairs_text(entries, ascii_only)
+        compiled = self.values(text, report.record_fields.MAX_PAIRS)
+        in_python = report.record_decoder.values_in_python(text)
+        if compiled is not None:
+            self.assertEqual(as_bits(compiled), as_bits(in_python), text)
+        if in_python is None:
+            self.assertIsNone(compiled, text)
+
+    def test_what_the_compiled_reading_leaves_to_python(self):
+        max_pairs = report.record_fields.MAX_PAIRS
+        for text in (
+            b'{"a":[[1,2]],"a":[]}',  # a class named twice
+            rb'{"a":[[1,2]],"\u0061":[[3,4]]}',  # the same, escaped
+            b'{"a":[[9007199254740993,1]]}',  # above 2^53
+            b'{"a":[[1.0,2]]}',
+            b'{"a":[[0,2]]}',
+            b'{"a":[[1,2,3]]}',
+            b'{"a":[[1]]}',
+            b'{"a":[1,2]}',
+            b'{"a":{}}',
+            b"[]",
+            rb'{"\ud800":[[1,2]]}',
+        ):
+            self.assertIsNone(self.values(text, max_pairs), text)
+        self.assertIsNotNone(self.values(b'{"a":[[1,2],[3,4],[5,6]]}', 3))
+        self.assertIsNone(self.values(b'{"a":[[1,2],[3,4],[5,6],[7,8]]}', 3))
+        self.assertEqual(self.values(b'{"a":[],"b":[[3,1]]}', 3), {"b": (200.0, 2.0, 1)})
+
+
+class TestCompiledPairsValuesAreBuilt(TestCase):
+    def test_the_build_with_simdjson_has_the_compiled_reading(self):
+        # A build that found simdjson ships the extension, and the report
+        # uses it: TestCompiledPairsValues then runs rather than skips.
+        if not built_with_simdjson():
+            self.skipTest(f"{BUILD_DIR} was built without simdjson (apt install libsimdjson-dev)")
+        self.assertIsNotNone(report.record_decoder.pairs_values)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from common_device_logging import (
     IN_THE_PIP_BUILD_PROCESS,
     TEST_DIR,
     build_wheel,
+    built_with_simdjson,
     fresh_venv,
     new_venv,
     run,
@@ -115,6 +116,18 @@ class TestPackaging(TestCase):
         # The library that reported itself active is the wheel's copy, in the
         # fresh venv, not the build tree's.
         self.assertIn(f"library:          {os.path.join(site, 'autograd_device_logging')}", report)
+        if built_with_simdjson():
+            # The wheel carries the report's compiled reading of the pairs.
+            proc = run(
+                [
+                    python,
+                    "-c",
+                    "from autograd_device_logging import record_decoder as d; "
+                    "assert d.pairs_values is not None",
+                ],
+                cwd=self.tmp,
+            )
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
 
     def test_wheel_requires_exactly_its_torch(self):
         # Note [A wheel names the one torch it was built for] in setup.py.

@@ -12,8 +12,10 @@ format is schema/process_record.schema.json). The report runs offline: it
 imports neither torch nor the library, writes nothing but what --plot and
 --prometheus name and its cache in the user's own cache folder (Note [The
 report's cache], report_cache.py), and needs only Python (matplotlib for --plot,
-prometheus_client for --prometheus; msgspec, where installed, reads faster, and tqdm
-shows progress on a terminal).
+prometheus_client for --prometheus; msgspec, where installed, reads faster,
+the more so where the package was built with simdjson (Note [The pairs'
+values in compiled code], record_decoder.py), and tqdm shows progress on a
+terminal).
 
 A row per job and one for all jobs. Its denominator is the processes that ran
 at least one backward pass; a rank that restarted counts once per (job, host,

@@ -15,6 +15,28 @@ Record through the same helpers. Anything it refuses (a whole-number float
 where a count is, the first format, a newer major version, a file that is
 not JSON) goes to the exact path, which decides and names the reason. So
 both accept the same files, and the tests run every record through both.
+
+Note [The pairs' values in compiled code]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A rank's record holds up to MAX_PAIRS measured pairs per device class (64
+by default), and giving each of 128 numbers a Python object, then sorting
+them, was most of a large report's time (about 20 of 23 us per record). So
+msgspec leaves the pairs as their JSON text (msgspec.Raw, which it has
+checked is JSON), and _threading_cost_values, a CPython extension built where
+simdjson is installed (python/csrc/threading_cost_values.cpp), parses that
+text and gives each class's value, in about a fifth of the time. It takes
+only the plain shape: objects of arrays of [off, on] integers from 1 to
+2^53, no class named twice, at most MAX_PAIRS pairs a class. Then every
+ratio, difference and median is a double that process_value's int
+arithmetic also gives exactly (integers below 2^53 convert to doubles
+exactly, and IEEE division and the one rounding of a sum are Python's), and
+the median is the same order statistic, so the value is the same to the
+bit. Anything else (a count above 2^53, a whole float, a class named twice)
+it leaves to the Python path below, which decides as before. Without the
+extension (no simdjson where the package was built, or the source tree) the
+Python path values every record: the same report, slower.
+test/test_threading_cost_values.py holds the two to each other on generated
+pairs, bit for bit.
 """
 
 from __future__ import annotations
@@ -39,6 +61,11 @@ try:
     import msgspec
 except ImportError:
     msgspec = None
+
+try:
+    from ._threading_cost_values import pairs_values
+except ImportError:  # Note [The pairs' values in compiled code]
+    pairs_values = None
 
 
 def _not_json(name: str):
@@ -75,8 +102,11 @@ else:
         cpu_quota: Optional[Annotated[float, _Meta(gt=0)]]
         intra_op_threads: Annotated[int, _Meta(ge=-1)]
 
+    _Pairs = Dict[str, Annotated[List[Tuple[_Duration, _Duration]], _Meta(max_length=MAX_PAIRS)]]
+
     class _ThreadingCost(msgspec.Struct):
-        pairs: Dict[str, Annotated[List[Tuple[_Duration, _Duration]], _Meta(max_length=MAX_PAIRS)]]
+        # Valued apart (Note [The pairs' values in compiled code]).
+        pairs: msgspec.Raw
         not_sampled: Dict[str, _Count]
         discarded: Dict[str, _Count]
         rate: Annotated[float, _Meta(ge=0, le=1)] = 0.0
@@ -118,7 +148,22 @@ else:
         calling_thread: bool = False
 
     _decoder = msgspec.json.Decoder(_Record)
+    _pairs_decoder = msgspec.json.Decoder(_Pairs)
     _refused = (msgspec.ValidationError, msgspec.DecodeError)
+
+    def values_in_python(text) -> Optional[Dict[str, Tuple[float, float, int]]]:
+        """The pairs in `text` (their JSON), valued in Python: {class:
+        (percent, difference in ns, pairs)} for each class with pairs; None
+        where the typed decoder refuses them."""
+        try:
+            pairs_of = _pairs_decoder.decode(text)
+        except _refused:
+            return None
+        return {
+            device_class: (*process_value(pairs), len(pairs))
+            for device_class, pairs in pairs_of.items()
+            if pairs
+        }
 
     def decode(data) -> Record:
         """The Record in `data`, any bytes-like object (Note [Two ways to
@@ -156,9 +201,11 @@ else:
                 if placement is msgspec.UNSET
                 else (tuple(t.affinity for t in placement.threads.values()), placement.cpu_quota)
             )
-            values: Dict[str, Tuple[float, float, int]] = {}
-            for device_class, pairs in cost.pairs.items():
-                if pairs:
-                    values[device_class] = (*process_value(pairs), len(pairs))
+            # Note [The pairs' values in compiled code]
+            values = None if pairs_values is None else pairs_values(cost.pairs, MAX_PAIRS)
+            if values is None:
+                values = values_in_python(cost.pairs)
+                if values is None:
+                    return decode_exactly(data)
             r.threading_cost = values
         return r
