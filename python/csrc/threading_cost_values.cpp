@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <new>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,17 @@ struct Scratch {
   std::string padded;
   std::vector<double> ratios;
   std::vector<int64_t> differences;
+};
+
+// Owns one reference, so that no path, a C++ exception's included, leaks it.
+struct Ref {
+  PyObject* p;
+  explicit Ref(PyObject* object) : p(object) {}
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  ~Ref() {
+    Py_XDECREF(p);
+  }
 };
 
 Scratch& scratch() {
@@ -74,16 +86,14 @@ bool values_of(
   if (root.get_object().get(classes)) {
     return false;
   }
-  PyObject* seen = PySet_New(nullptr);
-  if (seen == nullptr) {
+  const Ref seen(PySet_New(nullptr));
+  if (seen.p == nullptr) {
     return false;
   }
-  bool ok = true;
   for (auto [name, value] : classes) {
     simdjson::dom::array pairs;
     if (value.get_array().get(pairs) || pairs.size() > max_pairs) {
-      ok = false;
-      break;
+      return false;
     }
     s.ratios.clear();
     s.differences.clear();
@@ -93,43 +103,29 @@ bool values_of(
       if (item.get_array().get(pair) || pair.size() != 2 ||
           pair.at(0).get_uint64().get(off) || pair.at(1).get_uint64().get(on) ||
           off < 1 || on < 1 || off > kExactInDouble || on > kExactInDouble) {
-        ok = false;
-        break;
+        return false;
       }
       const int64_t d = static_cast<int64_t>(off) - static_cast<int64_t>(on);
       s.differences.push_back(d);
       s.ratios.push_back(static_cast<double>(d) / static_cast<double>(on));
     }
-    if (!ok) {
-      break;
-    }
-    PyObject* key = PyUnicode_DecodeUTF8(name.data(), name.size(), nullptr);
-    if (key == nullptr || PySet_Contains(seen, key) != 0 ||
-        PySet_Add(seen, key) != 0) {
-      // A class named twice: which pairs count is the typed decoder's call.
-      Py_XDECREF(key);
-      PyErr_Clear();
-      ok = false;
-      break;
+    const Ref key(PyUnicode_DecodeUTF8(name.data(), name.size(), nullptr));
+    if (key.p == nullptr || PySet_Contains(seen.p, key.p) != 0 ||
+        PySet_Add(seen.p, key.p) != 0) {
+      // A class named twice: which pairs count is the Python path's call.
+      return false;
     }
     if (!s.ratios.empty()) {
       double percent = 0, difference = 0;
       median_values(s, &percent, &difference);
-      PyObject* v = Py_BuildValue(
-          "(ddn)", percent, difference, Py_ssize_t(s.ratios.size()));
-      if (v == nullptr || PyDict_SetItem(out, key, v) != 0) {
-        PyErr_Clear();
-        ok = false;
+      const Ref v(Py_BuildValue(
+          "(ddn)", percent, difference, Py_ssize_t(s.ratios.size())));
+      if (v.p == nullptr || PyDict_SetItem(out, key.p, v.p) != 0) {
+        return false;
       }
-      Py_XDECREF(v);
-    }
-    Py_DECREF(key);
-    if (!ok) {
-      break;
     }
   }
-  Py_DECREF(seen);
-  return ok;
+  return true;
 }
 
 PyObject* pairs_values(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -142,23 +138,34 @@ PyObject* pairs_values(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   const Py_ssize_t max_pairs = PyLong_AsSsize_t(args[1]);
-  if (max_pairs < 0 && PyErr_Occurred()) {
+  if (max_pairs < 0) {
     PyBuffer_Release(&buffer);
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError, "max_pairs must not be negative");
+    }
     return nullptr;
   }
   PyObject* out = PyDict_New();
-  if (out != nullptr &&
-      !values_of(
-          scratch(),
-          {static_cast<const char*>(buffer.buf), size_t(buffer.len)},
-          size_t(max_pairs),
-          out)) {
-    Py_CLEAR(out);
-    PyErr_Clear();
-    Py_INCREF(Py_None);
-    out = Py_None;
+  bool valued = false;
+  try {
+    valued = out != nullptr &&
+        values_of(
+                 scratch(),
+                 {static_cast<const char*>(buffer.buf), size_t(buffer.len)},
+                 size_t(max_pairs),
+                 out);
+  } catch (const std::bad_alloc&) {
+    // No C++ exception crosses into the interpreter.
+    Py_XDECREF(out);
+    PyBuffer_Release(&buffer);
+    return PyErr_NoMemory();
   }
   PyBuffer_Release(&buffer);
+  if (out != nullptr && !valued) {
+    Py_CLEAR(out);
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
   return out;
 }
 
