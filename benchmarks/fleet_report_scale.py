@@ -46,6 +46,15 @@ import time
 import doc_sections
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The package as built (tools/build.sh), with the compiled reading of the
+# measured pairs where the build found simdjson (Note [The pairs' values in
+# compiled code], record_decoder.py); the sources where nothing is built.
+BUILD_DIR = os.environ.get("AUTOGRAD_DEVICE_LOGGING_BUILD_DIR", os.path.join(REPO, "build"))
+PACKAGE_ROOT = next(
+    root
+    for root in (os.path.join(BUILD_DIR, "python"), os.path.join(REPO, "python"))
+    if os.path.isdir(os.path.join(root, "autograd_device_logging"))
+)
 RANKS_PER_JOB = 16
 HOSTS_PER_JOB = 2
 PAIRS = 64
@@ -206,7 +215,7 @@ def measured(command, env):
 def report_run(directory, workers, cache_dir):
     """(seconds, peak MB, report) of `report DIR --json` with `workers`
     reading processes and the cache in `cache_dir` (None: --no-cache)."""
-    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
     env.pop("AUTOGRAD_DEVICE_LOGGING_REPORT_DIR", None)
     cache = ["--no-cache"] if cache_dir is None else ["--cache-dir", cache_dir]
     command = [sys.executable, "-m", "autograd_device_logging", "report", directory, "--json"]
@@ -249,7 +258,7 @@ def profile(directory, limit=100_000):
     over at most `limit` records of `directory`: open/read/close, decode and
     check (with the threading cost's value), and count; then the seconds of
     making and writing the report of what was counted."""
-    sys.path.insert(0, os.path.join(REPO, "python"))
+    sys.path.insert(0, PACKAGE_ROOT)
     import gc
     import io
 
@@ -430,6 +439,18 @@ def write(args, rows, duckdb_version, profiled):
         parser = f"msgspec {msgspec.__version__}"
     except ImportError:
         parser = "without msgspec"
+    sys.path.insert(0, PACKAGE_ROOT)
+    from autograd_device_logging import record_decoder
+
+    if record_decoder.pairs_values is None:
+        parser += ", the measured pairs valued in Python"
+    else:
+        from autograd_device_logging import _threading_cost_values
+
+        parser += (
+            ", the measured pairs valued in compiled code "
+            f"(simdjson {_threading_cost_values.simdjson_version})"
+        )
     lines = [
         "# The fleet report at scale",
         "",

@@ -191,5 +191,18 @@ PyModuleDef kModule = {
 } // namespace
 
 PyMODINIT_FUNC PyInit__threading_cost_values() {
-  return PyModule_Create(&kModule);
+  PyObject* module = PyModule_Create(&kModule);
+  // The simdjson it was built with, for whoever reports a timing.
+  if (module != nullptr &&
+      PyModule_AddObject(
+          module,
+          "simdjson_version",
+          PyUnicode_FromFormat(
+              "%d.%d.%d",
+              int(simdjson::SIMDJSON_VERSION_MAJOR),
+              int(simdjson::SIMDJSON_VERSION_MINOR),
+              int(simdjson::SIMDJSON_VERSION_REVISION))) != 0) {
+    Py_CLEAR(module);
+  }
+  return module;
 }
