@@ -35,8 +35,8 @@ bit. Anything else (a count above 2^53, a whole float, a class named twice)
 it leaves to the Python path below, which decides as before. Without the
 extension (no simdjson where the package was built, or the source tree) the
 Python path values every record: the same report, slower.
-test/test_threading_cost_values.py holds the two to each other on generated
-pairs, bit for bit.
+test_fleet_report_reader.py (TestCompiledPairsValues) holds the two to each other
+on generated pairs, bit for bit.
 """
 
 from __future__ import annotations
