@@ -94,11 +94,13 @@ class BuildWithCMake(build_py):
             os.makedirs(target, exist_ok=True)
             built = os.path.join(build, "python", "autograd_device_logging")
             shutil.copy2(os.path.join(built, "libautograd_device_logging.so"), target)
-            # The report's compiled reading of the measured pairs, where the
-            # build found simdjson (Note [The pairs' values in compiled code],
-            # record_decoder.py).
-            for extension in glob.glob(os.path.join(built, "_threading_cost_values.*.so")):
-                shutil.copy2(extension, target)
+            # The report's compiled reading of record files (Note [Reading
+            # the files in compiled code], record_reader.py) and, where the
+            # build found simdjson, of the measured pairs (Note [The pairs'
+            # values in compiled code], record_decoder.py).
+            for module in ("_record_files", "_threading_cost_values"):
+                for extension in glob.glob(os.path.join(built, f"{module}.*.so")):
+                    shutil.copy2(extension, target)
 
 
 try:

@@ -78,6 +78,15 @@ def built_with_simdjson() -> bool:
     return bool(found and not found.group(1).endswith("-NOTFOUND") and not sanitized)
 
 
+def built_unsanitized() -> bool:
+    """Whether the build under test is not sanitized, so that it has the
+    report's compiled reading of record files (Note [Reading the files in
+    compiled code], record_reader.py), which needs only Python's headers."""
+    with open(os.path.join(BUILD_DIR, "CMakeCache.txt")) as f:
+        cache = f.read()
+    return not re.search(r"^AUTOGRAD_DEVICE_LOGGING_SANITIZER:STRING=(.+)$", cache, re.M)
+
+
 def require_built(test, *paths):
     for path in paths:
         if not os.path.exists(path):

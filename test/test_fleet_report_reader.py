@@ -825,12 +825,12 @@ class TestFleetReportReader(TestCase):
         program = (
             "import os, sys\n"
             "from autograd_device_logging import fleet_report, record_reader\n"
-            "report, read = os.getpid(), record_reader.read_record\n"
-            "def read_record(*args):\n"
+            "report, decode = os.getpid(), record_reader.decode\n"
+            "def decode_record(*args):\n"
             "    if os.getpid() != report:\n"
             "        os._exit(3)  # a reading process, as if killed\n"
-            "    return read(*args)\n"
-            "record_reader.read_record = read_record\n"
+            "    return decode(*args)\n"
+            "record_reader.decode = decode_record\n"
             "sys.exit(fleet_report.main(sys.argv[1:]))\n"
         )
         proc = subprocess.run(

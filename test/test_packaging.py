@@ -116,6 +116,18 @@ class TestPackaging(TestCase):
         # The library that reported itself active is the wheel's copy, in the
         # fresh venv, not the build tree's.
         self.assertIn(f"library:          {os.path.join(site, 'autograd_device_logging')}", report)
+        # The wheel carries the report's compiled reading of record files
+        # (it needs only Python's headers).
+        proc = run(
+            [
+                python,
+                "-c",
+                "from autograd_device_logging import record_reader as r; "
+                "assert r.read_files is not None",
+            ],
+            cwd=self.tmp,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         if built_with_simdjson():
             # The wheel carries the report's compiled reading of the pairs.
             proc = run(

@@ -5,7 +5,9 @@ cache that cannot be trusted is ignored with one line and rebuilt, the cache
 is never in the record directory, and the counts do not depend on the order
 in which the records are read."""
 
+import collections
 import json
+import marshal
 import os
 import random
 import stat
@@ -14,7 +16,7 @@ import sys
 import tempfile
 import unittest.mock
 
-from common_device_logging import child_env, report_modules, synthetic_record
+from common_device_logging import built_unsanitized, child_env, report_modules, synthetic_record
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 report = report_modules()
@@ -302,6 +304,121 @@ class TestReportCache(TestCase):
         self.assertIn("written by another version", other.problems[0])
 
 
+class TestCompiledFileReading(TestCase):
+    """Note [Reading the files in compiled code]: read_files and the Python
+    path give the same records, reasons and cache, entry for entry."""
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = os.path.join(self.tmp.name, "records")
+        os.makedirs(self.dir)
+        self.rng = random.Random(11)
+        for i in range(40):
+            self.write(f"r{i}.json", json.dumps(random_record(self.rng, i)))
+        self.write("junk.json", "{not json")
+        self.write("empty.json", "")
+        self.write("truncated.json", json.dumps(random_record(self.rng, 99))[:50])
+        self.write("bad-field.json", json.dumps(dict(random_record(self.rng, 98), pid="1")))
+        self.write("not-utf8.json", b'{"job": "\xff"}')
+        limit = report.record_reader.MAX_RECORD_BYTES
+        # The largest record read: exactly MAX_RECORD_BYTES.
+        largest = json.dumps(random_record(self.rng, 97))
+        self.write("largest.json", " " * (limit - len(largest)) + largest)
+        self.write("too-large.json", b" " * limit + b"{}")
+        os.symlink(os.path.join(self.dir, "r0.json"), os.path.join(self.dir, "link.json"))
+        os.symlink("gone", os.path.join(self.dir, "dangling.json"))
+        os.mkfifo(os.path.join(self.dir, "fifo.json"))
+        os.mkdir(os.path.join(self.dir, "folder.json"))
+
+    def write(self, name, text):
+        mode = "wb" if isinstance(text, bytes) else "w"
+        temporary = os.path.join(self.dir, f".{name}.tmp")
+        with open(temporary, mode) as f:
+            f.write(text)
+        os.replace(temporary, os.path.join(self.dir, name))
+
+    def read(self, compiled, cache=None):
+        """(records as tuples, skipped) as read_records gives them, by
+        read_files or by the Python path."""
+        reader = report.record_reader
+        if compiled and reader.read_files is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        skipped = collections.Counter()
+        with unittest.mock.patch.object(
+            reader, "read_files", reader.read_files if compiled else None
+        ):
+            records = [
+                tuple(reader.as_fields(r))
+                for r in reader.read_records(self.dir, skipped, cache=cache)
+            ]
+        if cache is not None:
+            self.assertEqual(cache.problems, [])
+        return records, dict(skipped)
+
+    def shards(self, cache):
+        return {n: cache.load(n) for n in range(report.report_cache.SHARDS)}
+
+    def test_the_same_records_and_reasons_as_the_python_path(self):
+        compiled, python = self.read(True), self.read(False)
+        self.assertEqual(compiled, python)
+        records, skipped = compiled
+        self.assertEqual(len(records), 41)
+        self.assertEqual(
+            skipped,
+            {
+                "symbolic link": 2,
+                "not a regular file": 2,
+                "too large": 1,
+                "malformed: not JSON": 4,
+                "malformed: bad field: pid": 1,
+            },
+        )
+
+    def test_the_same_cache_and_the_same_reuse_under_changes(self):
+        root = os.path.join(self.tmp.name, "cache")
+        caches = {
+            way: report.report_cache.ReportCache(self.dir, os.path.join(root, way))
+            for way in ("compiled", "python")
+        }
+        for round in range(4):
+            fresh = self.read(False)
+            for way, cache in caches.items():
+                self.assertEqual(
+                    self.read(way == "compiled", cache), fresh, f"{way}, round {round}"
+                )
+            self.assertEqual(self.shards(caches["compiled"]), self.shards(caches["python"]))
+            # Changes: replaced, rewritten in place a second later, removed,
+            # turned into a link, turned into junk.
+            names = sorted(n for n in os.listdir(self.dir) if n.startswith("r"))
+            for name in self.rng.sample(names, 4):
+                self.write(name, json.dumps(random_record(self.rng, 200 + round)))
+            path = os.path.join(self.dir, self.rng.choice(names))
+            if os.path.isfile(path) and not os.path.islink(path):
+                st = os.stat(path)
+                os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+            victim = os.path.join(self.dir, self.rng.choice(names))
+            if os.path.lexists(victim):
+                os.unlink(victim)
+            (
+                os.symlink("r1.json", victim)
+                if round % 2
+                else self.write(os.path.basename(victim), "[")
+            )
+        for cache in caches.values():
+            cache.close()
+
+
+class TestCompiledFileReadingIsBuilt(TestCase):
+    def test_an_unsanitized_build_has_the_compiled_reading(self):
+        # It needs only Python's headers, which a build of the package has:
+        # TestCompiledFileReading then runs rather than skips.
+        if not built_unsanitized():
+            self.skipTest("a sanitized build leaves out the report's extensions (CMakeLists.txt)")
+        self.assertIsNotNone(report.record_reader.read_files)
+
+
 class TestCountsDoNotDependOnWhoReadWhat(TestCase):
     def test_the_order_records_are_read_in_does_not_matter(self):
         # Note [Reading a fleet in parallel]: which process reads which file,
@@ -320,6 +437,55 @@ class TestCountsDoNotDependOnWhoReadWhat(TestCase):
         self.assertTrue(reports[0]["releases"])
         for trial, result in enumerate(reports[1:], 1):
             self.assertEqual(result, reports[0], f"trial {trial}")
+
+    def test_counts_made_apart_and_handed_over_give_the_same_report(self):
+        # Note [Reading a fleet in parallel]: each reading process counts its
+        # own files and hands its counts over (FleetTotals.drain, through
+        # marshal, then take), some of them mid-way; the merged report is the
+        # one a single process makes, whatever the split, the order in which
+        # each process met the torch releases, and the options.
+        rng = random.Random(5)
+        decode = report.record_decoder.decode
+        texts = [random_record(rng, i) for i in range(400)]
+        for i, r in enumerate(texts[:60]):
+            if r["role"] == "rank" and i % 3 == 0:
+                # A newer minor version's event and class, by name; a parent
+                # that is an agent of another record.
+                r["events"] = r["events"] + ["torch.autograd.newer_event"]
+                r["pass_classes"] = dict(
+                    {c: i for c in report.record_fields.CLASSES}, newer_class=i
+                )
+                r["parent"] = {"pid": 1000 + i + 1, "start_time": r["start_time"]}
+                texts[i + 1].update(
+                    role="agent", host=r["host"], pid=1000 + i + 1, start_time=r["start_time"]
+                )
+        records = [decode(json.dumps(r).encode()) for r in texts]
+        self.assertTrue(any(r.other_events for r in records))
+        options = [
+            {},
+            {"since": "2026-12-02T00:00:00", "jobs": ["j-1", "j-2", "j-3"]},
+            {"by_placement": True},
+        ]
+        for trial in range(9):
+            kwargs = options[trial % len(options)]
+            whole = report.fleet_totals.FleetTotals(**kwargs)
+            for r in records:
+                whole.add(r)
+            expected = whole.report()
+            self.assertTrue(expected["jobs"])
+            rng.shuffle(records)
+            parts = [report.fleet_totals.FleetTotals(**kwargs) for _ in range(1 + trial % 4)]
+            merged = parts[0]
+            for i, r in enumerate(records):
+                part = parts[rng.randrange(len(parts))]
+                part.add(r)
+                if part is not merged and rng.random() < 0.02:
+                    for piece in part.drain(jobs_per_part=rng.randrange(1, 4)):
+                        merged.take(marshal.loads(marshal.dumps(piece)))
+            for part in parts[1:]:
+                for piece in part.drain(jobs_per_part=rng.randrange(1, 4)):
+                    merged.take(marshal.loads(marshal.dumps(piece)))
+            self.assertEqual(merged.report(), expected, f"trial {trial}")
 
     def test_a_restarted_rank_counts_under_its_newest_release(self):
         # Note [A restarted rank counts once, under its newest release]:

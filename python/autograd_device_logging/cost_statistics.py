@@ -133,6 +133,24 @@ class ClassCost:
         self.differences.append(difference)
         self.pairs += pairs
 
+    def plain(self) -> tuple:
+        """What it holds as plain values, for take()."""
+        return (
+            self.rank_values.tobytes(),
+            self.process_values.tobytes(),
+            self.differences.tobytes(),
+            self.pairs,
+        )
+
+    def take(self, plain: tuple) -> None:
+        """Adds what another ClassCost's plain() holds: the summary keeps
+        no order of arrival."""
+        rank_values, process_values, differences, pairs = plain
+        self.rank_values.frombytes(rank_values)
+        self.process_values.frombytes(process_values)
+        self.differences.frombytes(differences)
+        self.pairs += pairs
+
     def units(self) -> List[float]:
         values = list(self.process_values)
         if self.rank_values:

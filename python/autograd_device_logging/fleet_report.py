@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import gc
 import json
+import marshal
 import os
 import queue as queue_module
 import sys
@@ -42,13 +43,14 @@ from typing import FrozenSet, List, Optional
 
 from .fleet_report_options import make_parser, table_width
 from .fleet_totals import ALL_JOBS, FleetTotals
-from .record_reader import RecordFields, as_fields, is_record_name, read_records
+from .record_reader import is_record_name, read_records
 from .report_cache import SHARDS, ReportCache, inside
 from .report_text import format_table
 
-# Records a reading process hands over at a time, each as the cache keeps it
-# (record_reader.as_fields): a plain tuple pickles fastest.
+# Files a reading process reads between two reports of its progress.
 BATCH = 1000
+# Records a reading process counts before it hands its counts over.
+HAND_OVER = 64 * BATCH
 
 
 class _Progress:
@@ -80,64 +82,71 @@ class _Progress:
             self.bar.close()
 
 
-def _read_part(directory: str, shards, cache, out) -> None:
-    """A reading process: the records of its shards of `directory`, in
-    batches, then what it skipped and what it met in the cache."""
+def _read_part(directory: str, shards, cache, options, out) -> None:
+    """A reading process: counts the records of its shards of `directory`
+    into totals of its own (Note [Reading a fleet in parallel]), saying how
+    many files it read every BATCH, then hands the totals over with what it
+    met in the cache."""
     try:
-        skipped: Counter = Counter()
-        batch: list = []
-        for record in read_records(directory, skipped, shards, cache):
-            batch.append(as_fields(record))
-            if len(batch) == BATCH:
-                out.put(("records", batch, len(batch)))
-                batch = []
-        out.put(("records", batch, len(batch)))
-        out.put(("done", (dict(skipped), [] if cache is None else cache.problems), 0))
+        totals = FleetTotals(*options)
+        read = 0
+
+        def between(files: int) -> None:
+            nonlocal read
+            read += files
+            out.put(("read", None, files))
+            if read >= HAND_OVER:
+                hand_over()
+                read = 0
+
+        def hand_over() -> None:
+            for part in totals.drain():
+                out.put(("part", marshal.dumps(part), 0))
+
+        _read_here(directory, totals, shards, cache, between)
+        hand_over()
+        out.put(("done", [] if cache is None else cache.problems, 0))
     except BaseException as e:  # noqa: B036 -- the parent reports it
         out.put(("failed", f"{type(e).__name__}: {e}", 0))
 
 
 # Note [Reading a fleet in parallel]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-# Reading and checking a record costs far more than counting it, so the report
-# reads with a process per core (at most fleet_report_options.MAX_WORKERS): this one and the
-# reading processes it forks. Each lists the directory itself and reads the
-# files of its shards (report_cache.SHARDS, by the hash of the name), so no
-# file is read twice even while jobs add records, and no name is sent from one
-# process to another; each keeps its shards' cache. The
-# others hand their checked records, in batches, over a bounded queue to this
-# process, which counts every record, its own between its reads: one
-# FleetTotals, and every count is a sum, a union or a rule on the records
-# themselves (Note [A restarted rank counts once, under its newest release],
-# fleet_totals.py), so the report does not depend on which process read what.
+# Reading, checking and counting a record costs the same in any process, so
+# the report reads with a process per core (at most
+# fleet_report_options.MAX_WORKERS): this one and the reading processes it
+# forks. Each lists the directory itself and reads the files of its shards
+# (report_cache.SHARDS, by the hash of the name), so no file is read twice
+# even while jobs add records, and no name is sent from one process to
+# another; each keeps its shards' cache. Each counts what it reads into
+# FleetTotals of its own and, every HAND_OVER records and at the end, hands
+# them over to this process as plain values (FleetTotals.drain, through
+# marshal), which adds them to its own (FleetTotals.take): every count is a
+# sum, a union or a rule on the records themselves (Note [A restarted rank
+# counts once, under its newest release], fleet_totals.py), so the report
+# does not depend on which process read what, nor on when counts were handed
+# over. No record crosses from one process to another: sending each and
+# counting every one in this process made it the slowest of them. Handing
+# over as it goes keeps a reading process's counts small, so that the
+# counts are held about once, as by a single process (the memory target).
 # Nothing waits without a limit: a reading process that dies (killed, out of
-# memory) fails the report with a message instead of leaving it waiting for a
-# batch that never comes.
-def _read_here(directory: str, totals: FleetTotals, shards, cache, progress, between=None) -> None:
-    """Reads `shards` of `directory` in this process; `between()` runs after
-    each BATCH records."""
+# memory) fails the report with a message instead of leaving it waiting for
+# counts that never come.
+def _read_here(directory: str, totals: FleetTotals, shards, cache, between) -> None:
+    """Reads `shards` of `directory` into `totals` in this process;
+    `between(files)` runs after each BATCH files with how many were read."""
     seen = 0
     for seen, record in enumerate(read_records(directory, totals.skipped, shards, cache), 1):
         totals.add(record)
         if seen % BATCH == 0:
-            progress.update(BATCH)
-            if between is not None:
-                between()
-    progress.update(seen % BATCH)
+            between(BATCH)
+    between(seen % BATCH)
 
 
 def shards_of(workers: int) -> List[FrozenSet[int]]:
     """The shards that `workers` processes read (read_records' `shards`),
-    this process's first. This one also counts every record, and its heap
-    grows with the counts, so it reads one share where each reading process
-    reads two: with 2 cores, a third and two thirds, and the two finish
-    together on large fleets."""
-    shares = 1 + 2 * (workers - 1)
-    share = [i * shares // SHARDS for i in range(SHARDS)]
-    parts = [frozenset(s for s in range(SHARDS) if share[s] == 0)]
-    for i in range(workers - 1):
-        parts.append(frozenset(s for s in range(SHARDS) if share[s] in (1 + 2 * i, 2 + 2 * i)))
-    return parts
+    this process's first: as even a share as SHARDS allows."""
+    return [frozenset(range(i, SHARDS, workers)) for i in range(workers)]
 
 
 class _Readers:
@@ -151,10 +160,13 @@ class _Readers:
         # and starts no thread before the reading processes.
         context = multiprocessing.get_context("fork" if "fork" in methods else None)
         self.totals, self.progress = totals, progress
-        self.out = context.Queue(maxsize=4 * workers)
+        self.out = context.Queue()
+        options = (totals.since, totals.until, totals.wanted, totals.by_placement)
         self.processes = [
             context.Process(
-                target=_read_part, args=(directory, shards, cache, self.out), daemon=True
+                target=_read_part,
+                args=(directory, shards, cache, options, self.out),
+                daemon=True,
             )
             for shards in shards_of(workers)[1:]
         ]
@@ -165,9 +177,8 @@ class _Readers:
             process.start()
 
     def take(self, wait: bool) -> None:
-        """Counts what the reading processes handed over; with `wait`, until
-        every one is done."""
-        make = RecordFields._make
+        """Takes what the reading processes handed over, merging their
+        totals; with `wait`, until every one is done."""
         while self.running:
             try:
                 kind, payload, files = self.out.get(timeout=1.0) if wait else self.out.get_nowait()
@@ -178,14 +189,12 @@ class _Readers:
                 if not wait:
                     return
                 continue
-            if kind == "records":
-                for fields in payload:
-                    self.totals.add(make(fields))
+            if kind == "read":
                 self.progress.update(files)
+            elif kind == "part":
+                self.totals.take(marshal.loads(payload))
             elif kind == "done":
-                skipped, problems = payload
-                self.totals.skipped.update(skipped)
-                self.problems += problems
+                self.problems += payload
                 self.running -= 1
             else:
                 raise RuntimeError(f"a reading process failed: {payload}")
@@ -229,21 +238,19 @@ def summarize_directory(
         if workers > 1:
             readers = _Readers(directory, workers, totals, cache, shown)
             try:
-                _read_here(
-                    directory,
-                    totals,
-                    shards_of(workers)[0],
-                    cache,
-                    shown,
-                    lambda: readers.take(False),
-                )
+
+                def between(files: int) -> None:
+                    shown.update(files)
+                    readers.take(False)
+
+                _read_here(directory, totals, shards_of(workers)[0], cache, between)
                 readers.take(True)
             finally:
                 readers.close()
             if cache is not None:
                 cache.problems += readers.problems
         else:
-            _read_here(directory, totals, None, cache, shown)
+            _read_here(directory, totals, None, cache, shown.update)
         shown.update(sum(totals.skipped.values()))
     finally:
         if collecting:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 from .cost_statistics import ClassCost, over_jobs, summaries_of
 from .record_fields import (
@@ -137,6 +137,56 @@ class JobTotals:
         self.torch[r.torch] += 1
         return True
 
+    def plain(self) -> tuple:
+        """The counts as plain values (marshal's types), for take()."""
+        by_name = self.others_by_name
+        return (
+            self.ranks,
+            self.others,
+            self.others_with,
+            self.passes,
+            self.counting,
+            dict(self.torch),
+            dict(self.left_out),
+            {device_class: cost.plain() for device_class, cost in self.costs.items()},
+            (
+                None
+                if by_name is None
+                else (by_name["rank events"], dict(by_name["events"]), dict(by_name["passes"]))
+            ),
+        )
+
+    def take(self, plain: tuple, numbers: List[int], names: List[str]) -> None:
+        """Adds the counts of another process's totals of this job, as
+        plain() gave them (Note [Reading a fleet in parallel],
+        fleet_report.py); their release number i is numbers[i] here (of the
+        release `names`)."""
+        theirs, others, others_with, passes, counting, torch, left_out, costs, by_name = plain
+        if numbers != list(range(len(numbers))):
+            theirs = {key: numbers[s >> 2] << 2 | s & EVENT_MASK for key, s in theirs.items()}
+        ranks = self.ranks
+        both = {key: _newest(ranks[key], theirs[key], names) for key in ranks.keys() & theirs}
+        ranks.update(theirs)
+        ranks.update(both)
+        self.others += others
+        self.others_with = [a + b for a, b in zip(self.others_with, others_with)]
+        self.passes = [a + b for a, b in zip(self.passes, passes)]
+        self.counting += counting
+        self.torch.update(torch)
+        self.left_out.update(left_out)
+        for device_class, cost in costs.items():
+            mine = self.costs.get(device_class)
+            if mine is None:
+                mine = self.costs[device_class] = ClassCost()
+            mine.take(cost)
+        if by_name is not None:
+            rank_events, events, passes_by_name = by_name
+            mine = self._by_name()
+            for key, names_of_rank in rank_events.items():
+                mine["rank events"].setdefault(key, set()).update(names_of_rank)
+            mine["events"].update(events)
+            mine["passes"].update(passes_by_name)
+
     def ranks_by_release(self, names: List[str]) -> Dict[str, List[int]]:
         """{torch release: [ranks, with each event]}, each rank under the
         newest release of its records."""
@@ -262,6 +312,55 @@ class FleetTotals:
             row[0] += 1
             for i, bit in enumerate(EVENT_BITS.values()):
                 row[1 + i] += bool(r.events & bit)
+
+    def drain(self, jobs_per_part: int = 1000) -> Iterator[tuple]:
+        """The counts as parts of plain values (marshal's types), each with
+        at most `jobs_per_part` jobs, for another process's take(); it
+        leaves the totals empty, as new with the same options. The jobs'
+        counts go as their parts are made, so that they are never held
+        twice."""
+        names = list(self.release_names)
+        while self.jobs:
+            jobs = []
+            while self.jobs and len(jobs) < jobs_per_part:
+                job, t = self.jobs.popitem()
+                jobs.append((job, t.plain()))
+            yield (names, jobs, None)
+        rest = (
+            dict(self.other_releases),
+            dict(self.skipped),
+            self.filtered,
+            self.rank_parents,
+            self.agents,
+        )
+        self.other_releases = defaultdict(_release_row)
+        self.skipped.clear()  # in place: a reader may count into it
+        self.filtered = 0
+        self.rank_parents, self.agents = {}, []
+        yield (names, [], rest)
+
+    def take(self, part: tuple) -> None:
+        """Adds a part of another process's counts, made from other files
+        with the same options (Note [Reading a fleet in parallel],
+        fleet_report.py): every count is a sum, a union or a rule on the
+        records, so the report is the one a single process would make."""
+        release_names, jobs, rest = part
+        numbers = [self._release(name) for name in release_names]
+        names = self.release_names
+        for job, plain in jobs:
+            self.jobs[job].take(plain, numbers, names)
+        if rest is None:
+            return
+        other_releases, skipped, filtered, rank_parents, agents = rest
+        for release, row in other_releases.items():
+            self.other_releases[release] = [
+                a + b for a, b in zip(self.other_releases[release], row)
+            ]
+        self.skipped.update(skipped)
+        self.filtered += filtered
+        for (host, pid, start_time), job in rank_parents.items():
+            self._parent_of(host, pid, start_time, job)
+        self.agents += agents
 
     def _parent_of(self, host: str, pid: int, start_time: str, job: str) -> None:
         # Ranks of two jobs naming one parent is no torchrun's doing; the

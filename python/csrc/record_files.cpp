@@ -1,0 +1,232 @@
+// The fleet report's reading of a shard's record files, in compiled code
+// (Note [Reading the files in compiled code], record_reader.py). A CPython
+// extension of its own: the report loads neither torch nor the library, so
+// this links neither, and it needs nothing beyond POSIX and Python's headers.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cerrno>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+#include <vector>
+
+namespace {
+
+// Owns one reference, so that no path leaks it.
+struct Ref {
+  PyObject* p;
+  explicit Ref(PyObject* object) : p(object) {}
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  ~Ref() {
+    Py_XDECREF(p);
+  }
+  PyObject* release() {
+    PyObject* object = p;
+    p = nullptr;
+    return object;
+  }
+};
+
+// A file's key, as record_reader's Python path makes it from os.stat:
+// (st_size, st_mtime_ns, st_ino).
+PyObject* key_of(const struct stat& st) {
+  const long long mtime_ns =
+      static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL +
+      static_cast<long long>(st.st_mtim.tv_nsec);
+  return Py_BuildValue(
+      "(LLK)",
+      static_cast<long long>(st.st_size),
+      mtime_ns,
+      static_cast<unsigned long long>(st.st_ino));
+}
+
+bool same_key(PyObject* key, const struct stat& st) {
+  const Ref now(key_of(st));
+  if (now.p == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const int equal = PyObject_RichCompareBool(key, now.p, Py_EQ);
+  if (equal < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return equal == 1;
+}
+
+// (key or None, reason): a file that is not read, as record_reader names it.
+PyObject* skipped(PyObject* key, const char* reason) {
+  return Py_BuildValue("(Os)", key == nullptr ? Py_None : key, reason);
+}
+
+// One file's outcome (read_files' docstring); nullptr with an exception set
+// only when the interpreter is out of memory.
+PyObject* read_one(
+    int directory_fd,
+    const char* name,
+    PyObject* held,
+    std::vector<char>& buffer,
+    bool* reused) {
+  *reused = false;
+  if (held != nullptr) {
+    // Note [The report's cache]: unchanged (same key, still a regular file)
+    // means its part is used as it is.
+    struct stat st;
+    PyObject* key = PyTuple_GET_ITEM(held, 0);
+    if (fstatat(directory_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(st.st_mode) && same_key(key, st)) {
+      *reused = true;
+      Py_INCREF(held);
+      return held;
+    }
+  }
+  // Nothing in a shared directory is followed or waited on (read_record's
+  // docstring): no link, and no blocking open of a FIFO.
+  const int fd = openat(
+      directory_fd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return skipped(nullptr, errno == ELOOP ? "symbolic link" : "unreadable");
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return skipped(nullptr, "unreadable");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return skipped(nullptr, "not a regular file");
+  }
+  size_t filled = 0;
+  bool failed = false;
+  while (filled < buffer.size()) {
+    const ssize_t n = read(fd, buffer.data() + filled, buffer.size() - filled);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      failed = n < 0;
+      break;
+    }
+    filled += size_t(n);
+  }
+  close(fd);
+  if (failed) {
+    return skipped(nullptr, "unreadable");
+  }
+  const Ref key(key_of(st));
+  if (key.p == nullptr) {
+    return nullptr;
+  }
+  if (filled == buffer.size()) {
+    // More than the largest record (the buffer holds one byte more).
+    return skipped(key.p, "too large");
+  }
+  const Ref data(PyBytes_FromStringAndSize(buffer.data(), Py_ssize_t(filled)));
+  if (data.p == nullptr) {
+    return nullptr;
+  }
+  return PyTuple_Pack(2, key.p, data.p);
+}
+
+PyObject* read_files(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) {
+    PyErr_SetString(
+        PyExc_TypeError, "read_files(directory_fd, names, held, max_bytes)");
+    return nullptr;
+  }
+  const int directory_fd = PyObject_AsFileDescriptor(args[0]);
+  if (directory_fd < 0) {
+    return nullptr;
+  }
+  PyObject* names = args[1];
+  PyObject* held = args[2];
+  if (!PyList_Check(names) || (held != Py_None && !PyDict_Check(held))) {
+    PyErr_SetString(
+        PyExc_TypeError, "names must be a list, held a dict or None");
+    return nullptr;
+  }
+  const Py_ssize_t max_bytes = PyLong_AsSsize_t(args[3]);
+  if (max_bytes < 0) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError, "max_bytes must not be negative");
+    }
+    return nullptr;
+  }
+  const Py_ssize_t count = PyList_GET_SIZE(names);
+  Ref out(PyList_New(count));
+  if (out.p == nullptr) {
+    return nullptr;
+  }
+  Py_ssize_t reused_count = 0;
+  try {
+    std::vector<char> buffer(size_t(max_bytes) + 1);
+    for (Py_ssize_t i = 0; i < count; ++i) {
+      PyObject* name = PyList_GET_ITEM(names, i);
+      if (!PyBytes_Check(name)) {
+        PyErr_SetString(PyExc_TypeError, "each name must be bytes");
+        return nullptr;
+      }
+      if (strlen(PyBytes_AS_STRING(name)) != size_t(PyBytes_GET_SIZE(name))) {
+        PyErr_SetString(PyExc_ValueError, "embedded null byte");
+        return nullptr;
+      }
+      PyObject* entry = nullptr;
+      if (held != Py_None) {
+        entry = PyDict_GetItemWithError(held, name); // borrowed
+        if (entry == nullptr && PyErr_Occurred()) {
+          return nullptr;
+        }
+        if (entry != nullptr &&
+            (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2)) {
+          entry = nullptr; // not an entry the cache writes: read the file
+        }
+      }
+      bool reused = false;
+      PyObject* result = read_one(
+          directory_fd, PyBytes_AS_STRING(name), entry, buffer, &reused);
+      if (result == nullptr) {
+        return nullptr;
+      }
+      reused_count += reused;
+      PyList_SET_ITEM(out.p, i, result);
+    }
+  } catch (const std::bad_alloc&) {
+    // No C++ exception crosses into the interpreter.
+    return PyErr_NoMemory();
+  }
+  return Py_BuildValue("(On)", out.p, reused_count);
+}
+
+PyMethodDef kMethods[] = {
+    {"read_files",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(read_files)),
+     METH_FASTCALL,
+     "read_files(directory_fd, names, held, max_bytes) -> (outcomes, reused)\n"
+     "\n"
+     "Each name's outcome, in order: held[name] itself where the file still\n"
+     "has its key; else (key, contents as bytes) for a regular file of at\n"
+     "most max_bytes; else (key or None, why it was not read)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef kModule = {
+    PyModuleDef_HEAD_INIT,
+    "_record_files",
+    "The fleet report's reading of record files.",
+    -1,
+    kMethods,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr};
+
+} // namespace
+
+PyMODINIT_FUNC PyInit__record_files() {
+  return PyModule_Create(&kModule);
+}
