@@ -50,7 +50,7 @@ from .report_text import format_table
 # Files a reading process reads between two reports of its progress.
 BATCH = 1000
 # Records a reading process counts before it hands its counts over.
-HAND_OVER = 64 * BATCH
+HAND_OVER = 16 * BATCH
 
 
 class _Progress:

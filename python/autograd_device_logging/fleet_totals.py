@@ -5,6 +5,7 @@ outlives the call that made it."""
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter, defaultdict
 from typing import Dict, Iterator, List, Optional
 
@@ -138,17 +139,20 @@ class JobTotals:
         return True
 
     def plain(self) -> tuple:
-        """The counts as plain values (marshal's types), for take()."""
+        """The counts as plain values (marshal's types), for take(); what
+        is empty or zero as None or 0, which take() passes over: a part
+        holds many jobs of which a process read one record or two."""
         by_name = self.others_by_name
+        costs = self.costs
         return (
             self.ranks,
             self.others,
-            self.others_with,
-            self.passes,
+            self.others_with if self.others else None,
+            self.passes if self.counting else None,
             self.counting,
-            dict(self.torch),
-            dict(self.left_out),
-            {device_class: cost.plain() for device_class, cost in self.costs.items()},
+            dict(self.torch) if self.torch else None,
+            dict(self.left_out) if self.left_out else None,
+            {c: cost.plain() for c, cost in costs.items()} if costs else None,
             (
                 None
                 if by_name is None
@@ -156,29 +160,42 @@ class JobTotals:
             ),
         )
 
-    def take(self, plain: tuple, numbers: List[int], names: List[str]) -> None:
+    def take(self, plain: tuple, numbers: Optional[List[int]], names: List[str]) -> None:
         """Adds the counts of another process's totals of this job, as
         plain() gave them (Note [Reading a fleet in parallel],
         fleet_report.py); their release number i is numbers[i] here (of the
-        release `names`)."""
+        release `names`; None: the same numbers)."""
         theirs, others, others_with, passes, counting, torch, left_out, costs, by_name = plain
-        if numbers != list(range(len(numbers))):
-            theirs = {key: numbers[s >> 2] << 2 | s & EVENT_MASK for key, s in theirs.items()}
-        ranks = self.ranks
-        both = {key: _newest(ranks[key], theirs[key], names) for key in ranks.keys() & theirs}
-        ranks.update(theirs)
-        ranks.update(both)
-        self.others += others
-        self.others_with = [a + b for a, b in zip(self.others_with, others_with)]
-        self.passes = [a + b for a, b in zip(self.passes, passes)]
-        self.counting += counting
-        self.torch.update(torch)
-        self.left_out.update(left_out)
-        for device_class, cost in costs.items():
-            mine = self.costs.get(device_class)
-            if mine is None:
-                mine = self.costs[device_class] = ClassCost()
-            mine.take(cost)
+        if theirs:
+            if numbers is not None:
+                theirs = {key: numbers[s >> 2] << 2 | s & EVENT_MASK for key, s in theirs.items()}
+            ranks = self.ranks
+            if ranks.keys().isdisjoint(theirs):
+                ranks.update(theirs)
+            else:
+                for key, state in theirs.items():
+                    old = ranks.get(key)
+                    ranks[key] = state if old is None else _newest(old, state, names)
+        if others:
+            self.others += others
+            self.others_with = [a + b for a, b in zip(self.others_with, others_with)]
+        if counting:
+            self.counting += counting
+            self.passes = [a + b for a, b in zip(self.passes, passes)]
+        if torch:
+            mine = self.torch
+            for release, n in torch.items():
+                mine[release] += n
+        if left_out:
+            mine = self.left_out
+            for reason, n in left_out.items():
+                mine[reason] += n
+        if costs:
+            for device_class, cost in costs.items():
+                mine = self.costs.get(device_class)
+                if mine is None:
+                    mine = self.costs[device_class] = ClassCost()
+                mine.take(cost)
         if by_name is not None:
             rank_events, events, passes_by_name = by_name
             mine = self._by_name()
@@ -290,7 +307,7 @@ class FleetTotals:
             if self.filtering and self._started_outside(r):
                 self.filtered += 1
             else:
-                self.agents.append((r.host, r.pid, r.start_time, r.job))
+                self.agents.append((_kept(r.host), r.pid, _kept(r.start_time), _kept(r.job)))
             return
         if r.role == "rank" and r.parent is not None and r.parent[1] is not None:
             self._parent_of(r.host, *r.parent, r.job)
@@ -346,6 +363,8 @@ class FleetTotals:
         records, so the report is the one a single process would make."""
         release_names, jobs, rest = part
         numbers = [self._release(name) for name in release_names]
+        if numbers == list(range(len(numbers))):
+            numbers = None
         names = self.release_names
         for job, plain in jobs:
             self.jobs[job].take(plain, numbers, names)
@@ -367,8 +386,10 @@ class FleetTotals:
         # smaller job name takes it, whichever is read first.
         key = (host, pid, start_time)
         known = self.rank_parents.get(key)
-        if known is None or job < known:
-            self.rank_parents[key] = job
+        if known is None:
+            self.rank_parents[(_kept(host), pid, _kept(start_time))] = _kept(job)
+        elif job < known:
+            self.rank_parents[key] = _kept(job)
 
     def _filtered_out(self, r: Record) -> bool:
         return (self.wanted is not None and r.job not in self.wanted) or self._started_outside(r)
@@ -430,6 +451,13 @@ class FleetTotals:
             "skipped": dict(sorted(self.skipped.items())),
             "filtered": self.filtered,
         }
+
+
+def _kept(name: Optional[str]) -> Optional[str]:
+    """`name`, shared with every equal name kept: a fleet's hosts, start
+    times and jobs repeat across its agents and ranks' parents, and each
+    record decodes its own copy."""
+    return name if name is None else sys.intern(name)
 
 
 def _release_row() -> List[int]:
