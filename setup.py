@@ -98,7 +98,7 @@ class BuildWithCMake(build_py):
             # the files in compiled code], record_reader.py) and, where the
             # build found simdjson, of the measured pairs (Note [The pairs'
             # values in compiled code], record_decoder.py).
-            for module in ("_record_files", "_threading_cost_values"):
+            for module in ("_record_files", "_record_decoding"):
                 for extension in glob.glob(os.path.join(built, f"{module}.*.so")):
                     shutil.copy2(extension, target)
 

@@ -440,16 +440,18 @@ def write(args, rows, duckdb_version, profiled):
     except ImportError:
         parser = "without msgspec"
     sys.path.insert(0, PACKAGE_ROOT)
-    from autograd_device_logging import record_decoder
+    from autograd_device_logging import record_decoder, record_reader
 
-    if record_decoder.pairs_values is None:
+    if record_reader.read_files is not None:
+        parser += ", files read in compiled code"
+    if record_decoder.record_fields is None:
         parser += ", the measured pairs valued in Python"
     else:
-        from autograd_device_logging import _threading_cost_values
+        from autograd_device_logging import _record_decoding
 
         parser += (
-            ", the measured pairs valued in compiled code "
-            f"(simdjson {_threading_cost_values.simdjson_version})"
+            ", records of the plain shape decoded in compiled code "
+            f"(simdjson {_record_decoding.simdjson_version})"
         )
     lines = [
         "# The fleet report at scale",

@@ -198,18 +198,27 @@ def schema_accepts(record):
 
 def read_both_ways(test, record):
     """`record` read by the exact checks and, as bytes, by the decoder's fast
-    path where msgspec is installed (Note [Two ways to read a record]): the
-    same Record from both, or Skip from both. True when read."""
+    paths where msgspec is installed (Note [Two ways to read a record]) and
+    where the compiled decoding is built (Note [A record's fields in compiled
+    code]): the same Record from each, or Skip from each, and the compiled
+    decoding gives the fields or leaves the record to the others. True when
+    read."""
     fields = report.record_fields
+    decoder = report.record_decoder
     results = []
     data = json.dumps(record).encode()
-    for read in (report.record_decoder.decode_exactly, report.record_decoder.decode):
+    for read in (decoder.decode_exactly, decoder.decode_typed, decoder.decode):
         try:
             r = read(data)
             results.append(tuple(getattr(r, name) for name in fields.Record.__slots__))
         except (fields.Skip, ValueError):
             results.append(None)
     test.assertEqual(results[0], results[1], record)
+    test.assertEqual(results[0], results[2], record)
+    if decoder.record_fields is not None:
+        compiled = decoder.record_fields(data)
+        if compiled is not None:
+            test.assertEqual(tuple(compiled), results[0], record)
     return results[0] is not None
 
 
@@ -937,7 +946,7 @@ class TestCompiledPairsValues(TestCase):
         self.values = report.record_decoder.pairs_values
         if self.values is None:
             self.skipTest(
-                "the build has no _threading_cost_values (no simdjson where it was built: "
+                "the build has no _record_decoding (no simdjson where it was built: "
                 "test_the_build_with_simdjson_has_the_compiled_reading says whether it should)"
             )
 
@@ -1008,6 +1017,107 @@ class TestCompiledPairsValues(TestCase):
         self.assertIsNotNone(self.values(b'{"a":[[1,2],[3,4],[5,6]]}', 3))
         self.assertIsNone(self.values(b'{"a":[[1,2],[3,4],[5,6],[7,8]]}', 3))
         self.assertEqual(self.values(b'{"a":[],"b":[[3,1]]}', 3), {"b": (200.0, 2.0, 1)})
+
+
+class TestCompiledRecordFields(TestCase):
+    """Note [A record's fields in compiled code]: the records the library
+    writes are decoded in compiled code, to the same fields; anything else is
+    left to msgspec's typed decoding and the exact checks."""
+
+    def setUp(self):
+        super().setUp()
+        self.fields = report.record_decoder.record_fields
+        if self.fields is None:
+            self.skipTest(
+                "the build has no _record_decoding (no simdjson where it was built: "
+                "test_the_build_with_simdjson_has_the_compiled_reading says whether it should)"
+            )
+
+    def exactly(self, data):
+        r = report.record_decoder.decode_exactly(data)
+        return tuple(getattr(r, name) for name in report.record_fields.Record.__slots__)
+
+    def test_the_records_the_library_writes_are_decoded_in_compiled_code(self):
+        records = generated_fleet(seed=5, jobs=6)
+        records += [
+            synthetic_record(
+                schema="2.2",
+                role="rank",
+                rank=3,
+                events=[GPU_CPU, MULTIDEVICE],
+                pass_classes={c: i for i, c in enumerate(report.record_fields.CLASSES)},
+                parent={"pid": 7, "start_time": "2026-12-01T08:00:00Z"},
+                threading_cost=dict(THREADING_COST, placement=PLACEMENT),
+                calling_thread=True,
+            ),
+            synthetic_record(
+                parent={"pid": 7, "start_time": None},
+                threading_cost=dict(THREADING_COST, placement=dict(PLACEMENT, cpu_quota=None)),
+            ),
+            synthetic_record(threading_cost=None, disabled_reason="no torch", job="ü"),
+            synthetic_record(threading_cost=dict(THREADING_COST, pairs={}), schema="2.123456789"),
+        ]
+        for record in records:
+            data = json.dumps(record).encode()
+            compiled = self.fields(data)
+            self.assertIsNotNone(compiled, record)
+            self.assertEqual(tuple(compiled), self.exactly(data), record)
+
+    def test_what_it_leaves_to_the_other_decodings(self):
+        plain = synthetic_record(
+            schema="2.2",
+            role="rank",
+            rank=1,
+            parent={"pid": 7, "start_time": "2026-12-01T08:00:00Z"},
+            threading_cost=dict(THREADING_COST, placement=PLACEMENT),
+        )
+        text = json.dumps(plain)
+        self.assertIsNotNone(self.fields(text.encode()))
+
+        def but(**fields):
+            return json.dumps({**plain, **fields})
+
+        thread = {"affinity": "0", "ran_on": "0"}
+        for left in (
+            text.replace('"host": "h"', '"host": "h", "host": "g"'),  # a field twice
+            text.replace('"running": "2.13.0"', '"running": "2.13.0", "running": "2.9.1"'),
+            text.replace('"pid": 7', '"pid": 7, "pid": 8'),
+            text.replace('"calling": {', '"calling": {}, "calling": {'),  # a thread twice
+            but(schema="2.2\n"),  # what Python's `$` lets through
+            but(start_time="2026-12-01T09:00:00Z\n"),
+            but(events=["torch.autograd.newer_event"]),  # an event by name
+            but(events=[GPU_CPU, GPU_CPU]),
+            but(pass_classes={"cpu_only": 1}),  # a class missing
+            but(pass_classes={**dict.fromkeys(report.record_fields.CLASSES, 1), "new": 1}),
+            but(pid=1.0),  # a whole float where a count is
+            but(pid=2**63),
+            but(rank=-1),
+            but(threading_cost=dict(THREADING_COST, pairs={"a": [[1.0, 2]]})),
+            but(threading_cost=dict(THREADING_COST, rate=2**60)),
+            but(threading_cost=dict(THREADING_COST, placement=dict(PLACEMENT, cpu_quota=2**60))),
+            but(
+                threading_cost=dict(
+                    THREADING_COST, placement=dict(PLACEMENT, threads={"t": thread}, extra=1)
+                )
+            ).replace('"extra": 1', '"cpu_quota": 1'),
+            but(schema="3.0"),
+            but(job=""),
+            "[]",
+            "{",
+        ):
+            data = left.encode()
+            self.assertIsNone(self.fields(data), left)
+            # What the others make of it is theirs alone.
+            try:
+                expected = self.exactly(data)
+            except (report.record_fields.Skip, ValueError):
+                expected = None
+            try:
+                r = report.record_decoder.decode(data)
+                got = tuple(getattr(r, n) for n in report.record_fields.Record.__slots__)
+            except (report.record_fields.Skip, ValueError):
+                got = None
+            self.assertEqual(got, expected, left)
 
 
 class TestCompiledPairsValuesAreBuilt(TestCase):

@@ -13,9 +13,9 @@ imports neither torch nor the library, writes nothing but what --plot and
 --prometheus name and its cache in the user's own cache folder (Note [The
 report's cache], report_cache.py), and needs only Python (matplotlib for --plot,
 prometheus_client for --prometheus; msgspec, where installed, reads faster,
-the more so where the package was built with simdjson (Note [The pairs'
-values in compiled code], record_decoder.py), and tqdm shows progress on a
-terminal).
+the more so where the package was built (Note [Reading the files in compiled
+code], record_reader.py), with simdjson (Note [A record's fields in compiled
+code], record_decoder.py), and tqdm shows progress on a terminal).
 
 A row per job and one for all jobs. Its denominator is the processes that ran
 at least one backward pass; a rank that restarted counts once per (job, host,

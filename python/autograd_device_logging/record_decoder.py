@@ -22,8 +22,8 @@ A rank's record holds up to MAX_PAIRS measured pairs per device class (64
 by default), and giving each of 128 numbers a Python object, then sorting
 them, was most of a large report's time (about 20 of 23 us per record). So
 msgspec leaves the pairs as their JSON text (msgspec.Raw, which it has
-checked is JSON), and _threading_cost_values, a CPython extension built where
-simdjson is installed (python/csrc/threading_cost_values.cpp), parses that
+checked is JSON), and _record_decoding, a CPython extension built where
+simdjson is installed (python/csrc/record_decoding.cpp), parses that
 text and gives each class's value, in about a fifth of the time. It takes
 only the plain shape: objects of arrays of [off, on] integers from 1 to
 2^53, no class named twice, at most MAX_PAIRS pairs a class. Then every
@@ -37,6 +37,27 @@ extension (no simdjson where the package was built, or the source tree) the
 Python path values every record: the same report, slower.
 test_fleet_report_reader.py (TestCompiledPairsValues) holds the two to each other
 on generated pairs, bit for bit.
+
+Note [A record's fields in compiled code]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+Even so, msgspec's typed decoding, the second parse of the pairs and the
+Python that builds a Record cost about 10 us a record. So where
+_record_decoding is built, decode() first hands the bytes to its
+record_fields, which parses them once (simdjson), checks every field
+_Record declares as msgspec would, values the pairs as above, and gives the
+Record's fields as a tuple (a RecordFields) in about 5 us. It takes only the
+plain shape the library writes: every known field once (a field given twice
+is left, as is a thread or a torch field given twice), every count a JSON
+integer, a number where a float is an integer below 2^53 or a JSON float,
+only the known events and classes, each once, and the patterns checked
+strictly (a trailing newline, which Python's `$` lets through, is left). It
+leaves anything else (returns None), and then msgspec's typed decoding and
+the exact checks decide as before: so every record it decodes is one those
+read to the same fields, and every other record is read as it was. The
+vocabulary (events, classes, MAX_PAIRS) comes from record_fields at import.
+test_fleet_report_reader.py runs every generated record through the three
+decodings (read_both_ways) and holds what the compiled one takes and leaves
+(TestCompiledRecordFields).
 """
 
 from __future__ import annotations
@@ -46,12 +67,15 @@ from typing import Annotated, Dict, List, Optional, Tuple, Union
 
 from .cost_statistics import process_value
 from .record_fields import (
+    CLASSES,
     CPU_LIST,
+    EVENT_BITS,
     MAX_COUNT,
     MAX_PAIRS,
     READABLE_SCHEMA,
     START_TIME,
     Record,
+    RecordFields,
     events_of,
     parse_record,
     pass_classes_of,
@@ -63,9 +87,12 @@ except ImportError:
     msgspec = None
 
 try:
-    from ._threading_cost_values import pairs_values
+    from ._record_decoding import pairs_values, record_fields, set_vocabulary
 except ImportError:  # Note [The pairs' values in compiled code]
-    pairs_values = None
+    pairs_values = record_fields = None
+else:
+    assert list(EVENT_BITS.values()) == [1 << i for i in range(len(EVENT_BITS))]
+    set_vocabulary(tuple(EVENT_BITS), tuple(CLASSES), MAX_PAIRS)
 
 
 def _not_json(name: str):
@@ -81,7 +108,7 @@ def decode_exactly(data) -> Record:
 
 
 if msgspec is None:
-    decode = decode_exactly
+    decode_typed = decode_exactly
 else:
     _Meta = msgspec.Meta
     _Count = Annotated[int, _Meta(ge=0, le=MAX_COUNT)]
@@ -165,9 +192,9 @@ else:
             if pairs
         }
 
-    def decode(data) -> Record:
-        """The Record in `data`, any bytes-like object (Note [Two ways to
-        read a record]); raises
+    def decode_typed(data) -> Record:
+        """The Record in `data`, any bytes-like object, by msgspec's typed
+        decoding (Note [Two ways to read a record]); raises
         record_fields.Skip, or ValueError or RecursionError for bytes that
         are not JSON."""
         try:
@@ -209,3 +236,20 @@ else:
                     return decode_exactly(data)
             r.threading_cost = values
         return r
+
+
+_from_fields = RecordFields._make
+
+
+def decode(data):
+    """The Record in `data`, any bytes-like object: its fields in compiled
+    code where the record has the plain shape (Note [A record's fields in
+    compiled code]; then a RecordFields, read as a Record is), else by
+    msgspec's typed decoding and record_fields' exact checks (Note [Two ways
+    to read a record]); raises record_fields.Skip, or ValueError or
+    RecursionError for bytes that are not JSON."""
+    if record_fields is not None:
+        fields = record_fields(data)
+        if fields is not None:
+            return _from_fields(fields)
+    return decode_typed(data)

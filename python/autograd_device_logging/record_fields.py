@@ -8,6 +8,7 @@ report counts, and of the measured pairs only each class's value
 
 from __future__ import annotations
 
+import collections
 import re
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -254,6 +255,12 @@ class Record:
         "placement",
     )
 
+
+# A Record as a tuple of its fields, in Record.__slots__ order: what the
+# report's cache keeps (Note [The report's cache], report_cache.py) and the
+# compiled decoding gives (Note [A record's fields in compiled code],
+# record_decoder.py), read by the same attribute names as a Record.
+RecordFields = collections.namedtuple("RecordFields", Record.__slots__)
 
 _MISSING = object()
 

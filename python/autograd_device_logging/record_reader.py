@@ -5,7 +5,6 @@ or its part taken from the report's cache when the file is unchanged
 
 from __future__ import annotations
 
-import collections
 import errno
 import operator
 import os
@@ -15,7 +14,7 @@ from collections import Counter
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from .record_decoder import decode
-from .record_fields import Record, Skip
+from .record_fields import Record, RecordFields, Skip
 from .report_cache import SHARDS, Entries, Key, ReportCache
 
 try:
@@ -98,7 +97,6 @@ def read_records(
 
 # A Record as the cache keeps it: a plain tuple of its fields.
 as_fields = operator.attrgetter(*Record.__slots__)
-RecordFields = collections.namedtuple("RecordFields", Record.__slots__)
 
 
 def _read_listed(

@@ -1,0 +1,877 @@
+// The fleet report's decoding of a record in compiled code: the values of its
+// measured pairs (Note [The pairs' values in compiled code]) and, for a
+// record of the plain shape the library writes, every field the report reads
+// (Note [A record's fields in compiled code]), both in record_decoder.py. A
+// CPython extension of its own: the report loads neither torch nor the
+// library, so this links neither.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+// Each of a pair's durations, and their difference, is an integer a double
+// holds exactly up to here; then a ratio and a median below are the very
+// doubles cost_statistics.process_value's int arithmetic gives.
+constexpr uint64_t kExactInDouble = uint64_t{1} << 53;
+
+struct Scratch {
+  simdjson::dom::parser parser;
+  std::string padded;
+  std::vector<double> ratios;
+  std::vector<int64_t> differences;
+};
+
+// Owns one reference, so that no path, a C++ exception's included, leaks it.
+struct Ref {
+  PyObject* p;
+  explicit Ref(PyObject* object) : p(object) {}
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  ~Ref() {
+    Py_XDECREF(p);
+  }
+  PyObject* release() {
+    PyObject* object = p;
+    p = nullptr;
+    return object;
+  }
+};
+
+Scratch& scratch() {
+  // Used only with the GIL held (nothing here releases it).
+  static Scratch s;
+  return s;
+}
+
+// cost_statistics.process_value of the pairs in `ratios`/`differences`: the
+// same middle elements, found by selection rather than a full sort.
+void median_values(Scratch& s, double* percent, double* difference) {
+  auto& r = s.ratios;
+  auto& d = s.differences;
+  const size_t n = r.size();
+  const size_t m = n / 2;
+  std::nth_element(r.begin(), r.begin() + m, r.end());
+  std::nth_element(d.begin(), d.begin() + m, d.end());
+  if (n % 2) {
+    *percent = 100.0 * r[m];
+    *difference = static_cast<double>(d[m]);
+  } else {
+    // The largest of those below the middle is the (m - 1)-th smallest.
+    const double r_low = *std::max_element(r.begin(), r.begin() + m);
+    const int64_t d_low = *std::max_element(d.begin(), d.begin() + m);
+    *percent = 50.0 * (r_low + r[m]);
+    *difference = static_cast<double>(d_low + d[m]) / 2.0;
+  }
+}
+
+// Fills `out` with {class: (percent, difference in ns, pairs)} for each
+// class with pairs, as record_decoder's Python path does; false to leave the
+// record to that path: anything but classes of [off, on] pairs of integers
+// from 1 to 2^53, at most `max_pairs` of them, each class named once.
+bool values_of(
+    Scratch& s,
+    simdjson::dom::element root,
+    size_t max_pairs,
+    PyObject* out) {
+  simdjson::dom::object classes;
+  if (root.get_object().get(classes)) {
+    return false;
+  }
+  const Ref seen(PySet_New(nullptr));
+  if (seen.p == nullptr) {
+    return false;
+  }
+  for (auto [name, value] : classes) {
+    simdjson::dom::array pairs;
+    if (value.get_array().get(pairs) || pairs.size() > max_pairs) {
+      return false;
+    }
+    s.ratios.clear();
+    s.differences.clear();
+    for (simdjson::dom::element item : pairs) {
+      simdjson::dom::array pair;
+      uint64_t off = 0, on = 0;
+      if (item.get_array().get(pair) || pair.size() != 2 ||
+          pair.at(0).get_uint64().get(off) || pair.at(1).get_uint64().get(on) ||
+          off < 1 || on < 1 || off > kExactInDouble || on > kExactInDouble) {
+        return false;
+      }
+      const int64_t d = static_cast<int64_t>(off) - static_cast<int64_t>(on);
+      s.differences.push_back(d);
+      s.ratios.push_back(static_cast<double>(d) / static_cast<double>(on));
+    }
+    const Ref key(PyUnicode_DecodeUTF8(name.data(), name.size(), nullptr));
+    if (key.p == nullptr || PySet_Contains(seen.p, key.p) != 0 ||
+        PySet_Add(seen.p, key.p) != 0) {
+      // A class named twice: which pairs count is the Python path's call.
+      return false;
+    }
+    if (!s.ratios.empty()) {
+      double percent = 0, difference = 0;
+      median_values(s, &percent, &difference);
+      const Ref v(Py_BuildValue(
+          "(ddn)", percent, difference, Py_ssize_t(s.ratios.size())));
+      if (v.p == nullptr || PyDict_SetItem(out, key.p, v.p) != 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Parses `text` into the scratch parser; false for what is not JSON.
+bool parse(Scratch& s, std::string_view text, simdjson::dom::element* root) {
+  s.padded.assign(text.data(), text.size());
+  s.padded.append(simdjson::SIMDJSON_PADDING, ' ');
+  return !s.parser.parse(s.padded.data(), text.size(), false).get(*root);
+}
+
+// --- A record's fields (Note [A record's fields in compiled code]) ----------
+
+// What record_decoder tells it once, from record_fields: the known events
+// (event i is bit 1 << i), the known classes in their order, and the most
+// pairs a class may hold.
+struct Vocabulary {
+  std::vector<std::string> events;
+  std::vector<std::string> classes;
+  size_t max_pairs = 0;
+  bool set = false;
+};
+
+Vocabulary& vocabulary() {
+  static Vocabulary v;
+  return v;
+}
+
+constexpr int64_t kMaxCount = INT64_MAX;
+
+// Thrown by the checks below for anything but the plain shape; caught in
+// record_fields, which then leaves the record to the Python path.
+struct NotPlain {};
+
+void require(bool ok) {
+  if (!ok) {
+    throw NotPlain{};
+  }
+}
+
+std::string_view string_of(simdjson::dom::element e) {
+  std::string_view v;
+  require(!e.get_string().get(v));
+  return v;
+}
+
+int64_t count_of(simdjson::dom::element e) {
+  // A JSON integer from 0 to 2^63 - 1: what msgspec's typed decoding takes
+  // as a count (a float, even a whole one, is the Python path's call).
+  int64_t v = 0;
+  require(e.is_int64() && !e.get_int64().get(v) && v >= 0 && v <= kMaxCount);
+  return v;
+}
+
+bool bool_of(simdjson::dom::element e) {
+  bool v = false;
+  require(!e.get_bool().get(v));
+  return v;
+}
+
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+// record_fields.READABLE_SCHEMA, without the trailing newline that Python's
+// `$` lets through (left to the Python path).
+bool readable_schema(std::string_view v) {
+  if (v.size() < 3 || v[0] != '2' || v[1] != '.') {
+    return false;
+  }
+  const std::string_view minor = v.substr(2);
+  if (minor == "0") {
+    return true;
+  }
+  if (minor.size() > 9 || minor[0] < '1' || minor[0] > '9') {
+    return false;
+  }
+  return std::all_of(minor.begin(), minor.end(), is_digit);
+}
+
+// record_fields.START_TIME: YYYY-MM-DDTHH:MM:SSZ, digits where the pattern
+// has them.
+bool start_time(std::string_view v) {
+  static constexpr char kShape[] = "0000-00-00T00:00:00Z";
+  if (v.size() != sizeof(kShape) - 1) {
+    return false;
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (kShape[i] == '0' ? !is_digit(v[i]) : v[i] != kShape[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// record_fields.CPU_LIST: empty, or ranges "a" or "a-b" joined by commas.
+bool cpu_list(std::string_view v) {
+  size_t i = 0;
+  const size_t n = v.size();
+  if (n == 0) {
+    return true;
+  }
+  while (true) {
+    const size_t start = i;
+    while (i < n && is_digit(v[i])) {
+      ++i;
+    }
+    if (i == start) {
+      return false;
+    }
+    if (i < n && v[i] == '-') {
+      const size_t after = ++i;
+      while (i < n && is_digit(v[i])) {
+        ++i;
+      }
+      if (i == after) {
+        return false;
+      }
+    }
+    if (i == n) {
+      return true;
+    }
+    if (v[i] != ',') {
+      return false;
+    }
+    ++i;
+  }
+}
+
+PyObject* new_str(std::string_view v) {
+  PyObject* s = PyUnicode_DecodeUTF8(v.data(), Py_ssize_t(v.size()), nullptr);
+  if (s == nullptr) {
+    PyErr_Clear();
+    throw NotPlain{};
+  }
+  return s;
+}
+
+// One field of an object, each name at most once: a name given twice is
+// the Python path's call (which of the two counts).
+struct Fields {
+  uint64_t seen = 0;
+  bool first(int field) {
+    const uint64_t bit = uint64_t{1} << field;
+    require(!(seen & bit));
+    seen |= bit;
+    return true;
+  }
+};
+
+int field_of(std::string_view name, const char* const* names, int count) {
+  for (int i = 0; i < count; ++i) {
+    if (name.size() == std::strlen(names[i]) &&
+        std::memcmp(name.data(), names[i], name.size()) == 0) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+enum RecordField {
+  kSchema,
+  kHost,
+  kPid,
+  kStartTime,
+  kProgram,
+  kJob,
+  kJobSource,
+  kRole,
+  kRank,
+  kTorch,
+  kEvents,
+  kEventsLoggedBy,
+  kRanBackward,
+  kPassesClassified,
+  kDisabledReason,
+  kPassClasses,
+  kRequired, // the fields above must be there
+  kThreadingCost = kRequired,
+  kTime,
+  kLibraryVersion,
+  kActivatedBy,
+  kWrittenAt,
+  kAccelerators,
+  kParent,
+  kCallingThread,
+  kRecordFields,
+};
+
+constexpr const char* kRecordNames[kRecordFields] = {
+    "schema",
+    "host",
+    "pid",
+    "start_time",
+    "program",
+    "job",
+    "job_source",
+    "role",
+    "rank",
+    "torch",
+    "events",
+    "events_logged_by",
+    "ran_backward",
+    "passes_classified",
+    "disabled_reason",
+    "pass_classes",
+    "threading_cost",
+    "time",
+    "library_version",
+    "activated_by",
+    "written_at",
+    "accelerators",
+    "parent",
+    "calling_thread",
+};
+
+// The Record's fields (record_fields.Record.__slots__), owned.
+struct Decoded {
+  Ref threading_cost{nullptr}, job{nullptr}, host{nullptr}, pid{nullptr},
+      parent{nullptr}, rank{nullptr}, role{nullptr}, start_time{nullptr},
+      events{nullptr}, other_events{nullptr}, ran_backward{nullptr},
+      pass_classes{nullptr}, other_classes{nullptr}, torch{nullptr},
+      disabled_reason{nullptr}, placement{nullptr};
+};
+
+PyObject* owned(PyObject* o) {
+  if (o == nullptr) {
+    throw std::bad_alloc();
+  }
+  return o;
+}
+
+PyObject* none() {
+  Py_INCREF(Py_None);
+  return Py_None;
+}
+
+void set(Ref& field, PyObject* value) {
+  Py_XDECREF(field.p);
+  field.p = owned(value);
+}
+
+void torch_of(simdjson::dom::element e, Decoded& d) {
+  simdjson::dom::object torch;
+  require(!e.get_object().get(torch));
+  Fields fields;
+  static constexpr const char* kNames[] = {"running", "built_for"};
+  for (auto [name, value] : torch) {
+    const int field = field_of(name, kNames, 2);
+    if (field < 0) {
+      continue;
+    }
+    fields.first(field);
+    const std::string_view v = string_of(value);
+    if (field == 0) {
+      set(d.torch, new_str(v));
+    }
+  }
+  require(fields.seen & 1);
+}
+
+void events_of(simdjson::dom::element e, Decoded& d) {
+  simdjson::dom::array events;
+  require(!e.get_array().get(events));
+  const auto& known = vocabulary().events;
+  long bits = 0;
+  for (simdjson::dom::element event : events) {
+    const std::string_view name = string_of(event);
+    size_t i = 0;
+    while (i < known.size() && known[i] != name) {
+      ++i;
+    }
+    // An event by name only (a newer minor version's), or one given twice:
+    // the Python path's.
+    require(i < known.size() && !(bits & (1L << i)));
+    bits |= 1L << i;
+  }
+  set(d.events, PyLong_FromLong(bits));
+  set(d.other_events, PyTuple_New(0));
+}
+
+void pass_classes_of(simdjson::dom::element e, Decoded& d) {
+  set(d.other_classes, none());
+  if (e.is_null()) {
+    set(d.pass_classes, none());
+    return;
+  }
+  simdjson::dom::object classes;
+  require(!e.get_object().get(classes));
+  const auto& known = vocabulary().classes;
+  std::vector<int64_t> counts(known.size(), -1);
+  for (auto [name, value] : classes) {
+    size_t i = 0;
+    while (i < known.size() && known[i] != name) {
+      ++i;
+    }
+    // A class by name only, or one given twice: the Python path's.
+    require(i < known.size() && counts[i] < 0);
+    counts[i] = count_of(value);
+  }
+  Ref tuple(owned(PyTuple_New(Py_ssize_t(known.size()))));
+  for (size_t i = 0; i < known.size(); ++i) {
+    require(counts[i] >= 0);
+    PyTuple_SET_ITEM(
+        tuple.p, Py_ssize_t(i), owned(PyLong_FromLongLong(counts[i])));
+  }
+  set(d.pass_classes, tuple.release());
+}
+
+void counts_of(simdjson::dom::element e) {
+  simdjson::dom::object counts;
+  require(!e.get_object().get(counts));
+  for (auto [name, value] : counts) {
+    (void)name;
+    count_of(value);
+  }
+}
+
+double number_of(simdjson::dom::element e) {
+  double v = 0;
+  // (is_double() holds for any number: simdjson converts integers.)
+  if (e.type() == simdjson::dom::element_type::DOUBLE) {
+    require(!e.get_double().get(v));
+  } else {
+    // An integer: exactly a double below 2^53, as msgspec's float has it.
+    int64_t i = 0;
+    require(
+        e.is_int64() && !e.get_int64().get(i) && i >= -(int64_t{1} << 53) &&
+        i <= (int64_t{1} << 53));
+    v = static_cast<double>(i);
+  }
+  return v;
+}
+
+void placement_of(simdjson::dom::element e, Decoded& d) {
+  simdjson::dom::object placement;
+  require(!e.get_object().get(placement));
+  Fields fields;
+  static constexpr const char* kNames[] = {
+      "threads", "cpu_quota", "intra_op_threads"};
+  Ref affinities(nullptr);
+  Ref quota(nullptr);
+  for (auto [name, value] : placement) {
+    const int field = field_of(name, kNames, 3);
+    if (field < 0) {
+      continue;
+    }
+    fields.first(field);
+    if (field == 0) {
+      simdjson::dom::object threads;
+      require(!value.get_object().get(threads));
+      std::vector<std::string_view> names;
+      set(affinities, PyTuple_New(Py_ssize_t(threads.size())));
+      Py_ssize_t i = 0;
+      for (auto [thread_name, thread] : threads) {
+        // A thread named twice: the Python path's (which entry counts).
+        require(
+            std::find(names.begin(), names.end(), thread_name) == names.end());
+        names.push_back(thread_name);
+        simdjson::dom::object t;
+        require(!thread.get_object().get(t));
+        Fields thread_fields;
+        static constexpr const char* kThreadNames[] = {"affinity", "ran_on"};
+        std::string_view affinity;
+        for (auto [key, v] : t) {
+          const int f = field_of(key, kThreadNames, 2);
+          if (f < 0) {
+            continue;
+          }
+          thread_fields.first(f);
+          const std::string_view list = string_of(v);
+          require(cpu_list(list));
+          if (f == 0) {
+            affinity = list;
+          }
+        }
+        require(thread_fields.seen == 3);
+        PyTuple_SET_ITEM(affinities.p, i++, new_str(affinity));
+      }
+    } else if (field == 1) {
+      if (value.is_null()) {
+        set(quota, none());
+      } else {
+        const double q = number_of(value);
+        require(q > 0);
+        set(quota, PyFloat_FromDouble(q));
+      }
+    } else {
+      int64_t threads = 0;
+      require(
+          value.is_int64() && !value.get_int64().get(threads) && threads >= -1);
+    }
+  }
+  require(fields.seen == 7);
+  set(d.placement, Py_BuildValue("(OO)", affinities.p, quota.p));
+}
+
+void threading_cost_of(Scratch& s, simdjson::dom::element e, Decoded& d) {
+  set(d.placement, none());
+  if (e.is_null()) {
+    set(d.threading_cost, none());
+    return;
+  }
+  simdjson::dom::object cost;
+  require(!e.get_object().get(cost));
+  Fields fields;
+  static constexpr const char* kNames[] = {
+      "pairs",
+      "not_sampled",
+      "discarded",
+      "rate",
+      "warmup",
+      "max_pairs",
+      "washout",
+      "placement"};
+  for (auto [name, value] : cost) {
+    const int field = field_of(name, kNames, 8);
+    if (field < 0) {
+      continue;
+    }
+    fields.first(field);
+    switch (field) {
+      case 0: {
+        Ref values(owned(PyDict_New()));
+        require(values_of(s, value, vocabulary().max_pairs, values.p));
+        set(d.threading_cost, values.release());
+        break;
+      }
+      case 1:
+      case 2:
+        counts_of(value);
+        break;
+      case 3: {
+        const double rate = number_of(value);
+        require(rate >= 0 && rate <= 1);
+        break;
+      }
+      case 7:
+        placement_of(value, d);
+        break;
+      default:
+        count_of(value);
+    }
+  }
+  require((fields.seen & 7) == 7);
+}
+
+PyObject* parent_of(simdjson::dom::element e) {
+  simdjson::dom::object parent;
+  require(!e.get_object().get(parent));
+  Fields fields;
+  static constexpr const char* kNames[] = {"pid", "start_time"};
+  Ref pid(nullptr), started(nullptr);
+  for (auto [name, value] : parent) {
+    const int field = field_of(name, kNames, 2);
+    if (field < 0) {
+      continue;
+    }
+    fields.first(field);
+    if (field == 0) {
+      set(pid, PyLong_FromLongLong(count_of(value)));
+    } else if (value.is_null()) {
+      set(started, none());
+    } else {
+      const std::string_view v = string_of(value);
+      require(start_time(v));
+      set(started, new_str(v.substr(0, 19)));
+    }
+  }
+  require(fields.seen == 3);
+  return Py_BuildValue("(OO)", pid.p, started.p);
+}
+
+// The Record's fields as a tuple in Record.__slots__ order; nullptr, with
+// no exception set, for anything but the plain shape.
+PyObject* fields_of(Scratch& s, std::string_view text) {
+  simdjson::dom::element root;
+  simdjson::dom::object record;
+  if (!parse(s, text, &root) || root.get_object().get(record)) {
+    return nullptr;
+  }
+  Decoded d;
+  try {
+    Fields fields;
+    for (auto [name, value] : record) {
+      const int field = field_of(name, kRecordNames, kRecordFields);
+      if (field < 0) {
+        continue; // a field the report does not read
+      }
+      fields.first(field);
+      switch (field) {
+        case kSchema:
+          require(readable_schema(string_of(value)));
+          break;
+        case kHost:
+          set(d.host, new_str(string_of(value)));
+          break;
+        case kPid:
+          set(d.pid, PyLong_FromLongLong(count_of(value)));
+          break;
+        case kStartTime: {
+          const std::string_view v = string_of(value);
+          require(start_time(v));
+          set(d.start_time, new_str(v.substr(0, 19)));
+          break;
+        }
+        case kJob: {
+          const std::string_view v = string_of(value);
+          require(!v.empty());
+          set(d.job, new_str(v));
+          break;
+        }
+        case kRole:
+          set(d.role, new_str(string_of(value)));
+          break;
+        case kRank:
+          set(d.rank,
+              value.is_null() ? none() : PyLong_FromLongLong(count_of(value)));
+          break;
+        case kTorch:
+          torch_of(value, d);
+          break;
+        case kEvents:
+          events_of(value, d);
+          break;
+        case kRanBackward:
+          set(d.ran_backward, PyBool_FromLong(bool_of(value)));
+          break;
+        case kPassesClassified:
+          count_of(value);
+          break;
+        case kDisabledReason:
+          set(d.disabled_reason,
+              value.is_null() ? none() : new_str(string_of(value)));
+          break;
+        case kPassClasses:
+          pass_classes_of(value, d);
+          break;
+        case kThreadingCost:
+          threading_cost_of(s, value, d);
+          break;
+        case kAccelerators: {
+          simdjson::dom::object any;
+          require(!value.get_object().get(any));
+          break;
+        }
+        case kParent:
+          set(d.parent, parent_of(value));
+          break;
+        case kCallingThread:
+          bool_of(value);
+          break;
+        default: // program, job_source, events_logged_by, time, ...
+          string_of(value);
+      }
+    }
+    require(
+        (fields.seen & ((uint64_t{1} << kRequired) - 1)) ==
+        (uint64_t{1} << kRequired) - 1);
+  } catch (const NotPlain&) {
+    // What a check met (a name that is not UTF-8) is the Python path's too.
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (d.threading_cost.p == nullptr) {
+    set(d.threading_cost, none());
+    set(d.placement, none());
+  }
+  if (d.parent.p == nullptr) {
+    set(d.parent, none());
+  }
+  return PyTuple_Pack(
+      16,
+      d.threading_cost.p,
+      d.job.p,
+      d.host.p,
+      d.pid.p,
+      d.parent.p,
+      d.rank.p,
+      d.role.p,
+      d.start_time.p,
+      d.events.p,
+      d.other_events.p,
+      d.ran_backward.p,
+      d.pass_classes.p,
+      d.other_classes.p,
+      d.torch.p,
+      d.disabled_reason.p,
+      d.placement.p);
+}
+
+PyObject* record_fields(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 1) {
+    PyErr_SetString(PyExc_TypeError, "record_fields(data)");
+    return nullptr;
+  }
+  if (!vocabulary().set) {
+    PyErr_SetString(PyExc_RuntimeError, "set_vocabulary() first");
+    return nullptr;
+  }
+  Py_buffer buffer;
+  if (PyObject_GetBuffer(args[0], &buffer, PyBUF_SIMPLE) != 0) {
+    return nullptr;
+  }
+  PyObject* out = nullptr;
+  try {
+    out = fields_of(
+        scratch(), {static_cast<const char*>(buffer.buf), size_t(buffer.len)});
+  } catch (const std::bad_alloc&) {
+    // No C++ exception crosses into the interpreter.
+    PyBuffer_Release(&buffer);
+    return PyErr_Occurred() ? nullptr : PyErr_NoMemory();
+  }
+  PyBuffer_Release(&buffer);
+  if (out == nullptr) {
+    if (PyErr_Occurred()) {
+      return nullptr;
+    }
+    Py_RETURN_NONE;
+  }
+  return out;
+}
+
+PyObject* set_vocabulary(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
+    PyErr_SetString(
+        PyExc_TypeError,
+        "set_vocabulary(events, classes, max_pairs): tuples of str");
+    return nullptr;
+  }
+  Vocabulary v;
+  for (int which = 0; which < 2; ++which) {
+    PyObject* names = args[which];
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); ++i) {
+      Py_ssize_t size = 0;
+      const char* name =
+          PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(names, i), &size);
+      if (name == nullptr) {
+        return nullptr;
+      }
+      (which == 0 ? v.events : v.classes).emplace_back(name, size_t(size));
+    }
+  }
+  if (v.events.size() > 30) {
+    PyErr_SetString(PyExc_ValueError, "at most 30 events");
+    return nullptr;
+  }
+  const Py_ssize_t max_pairs = PyLong_AsSsize_t(args[2]);
+  if (max_pairs < 0) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError, "max_pairs must not be negative");
+    }
+    return nullptr;
+  }
+  v.max_pairs = size_t(max_pairs);
+  v.set = true;
+  vocabulary() = std::move(v);
+  Py_RETURN_NONE;
+}
+
+PyObject* pairs_values(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "pairs_values(text, max_pairs)");
+    return nullptr;
+  }
+  Py_buffer buffer;
+  if (PyObject_GetBuffer(args[0], &buffer, PyBUF_SIMPLE) != 0) {
+    return nullptr;
+  }
+  const Py_ssize_t max_pairs = PyLong_AsSsize_t(args[1]);
+  if (max_pairs < 0) {
+    PyBuffer_Release(&buffer);
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError, "max_pairs must not be negative");
+    }
+    return nullptr;
+  }
+  PyObject* out = PyDict_New();
+  bool valued = false;
+  try {
+    Scratch& s = scratch();
+    simdjson::dom::element root;
+    valued = out != nullptr &&
+        parse(s,
+              {static_cast<const char*>(buffer.buf), size_t(buffer.len)},
+              &root) &&
+        values_of(s, root, size_t(max_pairs), out);
+  } catch (const std::bad_alloc&) {
+    // No C++ exception crosses into the interpreter.
+    Py_XDECREF(out);
+    PyBuffer_Release(&buffer);
+    return PyErr_NoMemory();
+  }
+  PyBuffer_Release(&buffer);
+  if (out != nullptr && !valued) {
+    Py_CLEAR(out);
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  return out;
+}
+
+PyMethodDef kMethods[] = {
+    {"pairs_values",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(pairs_values)),
+     METH_FASTCALL,
+     "pairs_values(text, max_pairs) -> {class: (percent, difference, pairs)} "
+     "or None"},
+    {"record_fields",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(record_fields)),
+     METH_FASTCALL,
+     "record_fields(data) -> the Record's fields in Record.__slots__ order, "
+     "or None"},
+    {"set_vocabulary",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(set_vocabulary)),
+     METH_FASTCALL,
+     "set_vocabulary(events, classes, max_pairs): what record_fields knows"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef kModule = {
+    PyModuleDef_HEAD_INIT,
+    "_record_decoding",
+    "A record's fields and its measured pairs' values, for the fleet report.",
+    -1,
+    kMethods,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr};
+
+} // namespace
+
+PyMODINIT_FUNC PyInit__record_decoding() {
+  PyObject* module = PyModule_Create(&kModule);
+  // The simdjson it was built with, for whoever reports a timing.
+  if (module != nullptr &&
+      PyModule_AddObject(
+          module,
+          "simdjson_version",
+          PyUnicode_FromFormat(
+              "%d.%d.%d",
+              int(simdjson::SIMDJSON_VERSION_MAJOR),
+              int(simdjson::SIMDJSON_VERSION_MINOR),
+              int(simdjson::SIMDJSON_VERSION_REVISION))) != 0) {
+    Py_CLEAR(module);
+  }
+  return module;
+}
