@@ -117,29 +117,23 @@ class TestPackaging(TestCase):
         # fresh venv, not the build tree's.
         self.assertIn(f"library:          {os.path.join(site, 'autograd_device_logging')}", report)
         # The wheel carries the report's compiled reading of record files
-        # (it needs only Python's headers).
-        proc = run(
-            [
-                python,
-                "-c",
-                "from autograd_device_logging import record_reader as r; "
-                "assert r.read_files is not None",
-            ],
-            cwd=self.tmp,
-        )
-        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        # (it needs only Python's headers) and, where the build found
+        # simdjson, its compiled decoding of records.
+        compiled = ["record_reader.read_files"]
         if built_with_simdjson():
-            # The wheel carries the report's compiled reading of the pairs.
+            compiled += ["record_decoder.record_fields", "record_decoder.pairs_values"]
+        for name in compiled:
+            module, function = name.split(".")
             proc = run(
                 [
                     python,
                     "-c",
-                    "from autograd_device_logging import record_decoder as d; "
-                    "assert d.pairs_values is not None",
+                    f"from autograd_device_logging import {module}; "
+                    f"assert {module}.{function} is not None",
                 ],
                 cwd=self.tmp,
             )
-            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            self.assertEqual(proc.returncode, 0, name + proc.stdout + proc.stderr)
 
     def test_wheel_requires_exactly_its_torch(self):
         # Note [A wheel names the one torch it was built for] in setup.py.

@@ -8,6 +8,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "python_reference.h"
+
 #include <simdjson.h>
 
 #include <algorithm>
@@ -32,21 +34,7 @@ struct Scratch {
   std::vector<int64_t> differences;
 };
 
-// Owns one reference, so that no path, a C++ exception's included, leaks it.
-struct Ref {
-  PyObject* p;
-  explicit Ref(PyObject* object) : p(object) {}
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-  ~Ref() {
-    Py_XDECREF(p);
-  }
-  PyObject* release() {
-    PyObject* object = p;
-    p = nullptr;
-    return object;
-  }
-};
+using autograd_device_logging_report::Ref;
 
 Scratch& scratch() {
   // Used only with the GIL held (nothing here releases it).

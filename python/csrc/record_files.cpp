@@ -6,6 +6,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "python_reference.h"
+
 #include <cerrno>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,21 +19,7 @@
 
 namespace {
 
-// Owns one reference, so that no path leaks it.
-struct Ref {
-  PyObject* p;
-  explicit Ref(PyObject* object) : p(object) {}
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-  ~Ref() {
-    Py_XDECREF(p);
-  }
-  PyObject* release() {
-    PyObject* object = p;
-    p = nullptr;
-    return object;
-  }
-};
+using autograd_device_logging_report::Ref;
 
 // A file's key, as record_reader's Python path makes it from os.stat:
 // (st_size, st_mtime_ns, st_ino).
