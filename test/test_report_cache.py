@@ -376,6 +376,20 @@ class TestCompiledFileReading(TestCase):
             },
         )
 
+    def test_a_name_that_cannot_be_opened_is_unreadable_both_ways(self):
+        # A file that went after the listing, or that this user may not
+        # read: the open fails (not with ELOOP), and neither path keeps it.
+        reader = report.record_reader
+        if reader.read_files is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, fd)
+        held = {b"gone.json": ((1, 2, 3), "too large")}
+        outcomes, reused = reader.read_files(fd, [b"gone.json"], held, reader.MAX_RECORD_BYTES)
+        self.assertEqual((outcomes, reused), ([(None, "unreadable")], 0))
+        with self.assertRaises(FileNotFoundError):
+            reader.read_record(b"gone.json", fd, bytearray(reader.MAX_RECORD_BYTES + 1))
+
     def test_the_same_cache_and_the_same_reuse_under_changes(self):
         root = os.path.join(self.tmp.name, "cache")
         caches = {

@@ -99,7 +99,11 @@ bool values_of(
       s.differences.push_back(d);
       s.ratios.push_back(static_cast<double>(d) / static_cast<double>(on));
     }
-    const Ref key(PyUnicode_DecodeUTF8(name.data(), name.size(), nullptr));
+    Ref key(PyUnicode_DecodeUTF8(name.data(), name.size(), nullptr));
+    if (key.p != nullptr) {
+      // Shared, as the names in record_fields below.
+      PyUnicode_InternInPlace(&key.p);
+    }
     if (key.p == nullptr || PySet_Contains(seen.p, key.p) != 0 ||
         PySet_Add(seen.p, key.p) != 0) {
       // A class named twice: which pairs count is the Python path's call.
@@ -252,6 +256,15 @@ PyObject* new_str(std::string_view v) {
   return s;
 }
 
+// A string many records share (a job, a host, a role, a release, a class):
+// one object for all of them, so that the counts, the cache's parts and
+// marshal's copy of them (which writes a shared object once) hold it once.
+PyObject* shared_str(std::string_view v) {
+  PyObject* s = new_str(v);
+  PyUnicode_InternInPlace(&s);
+  return s;
+}
+
 // One field of an object, each name at most once: a name given twice is
 // the Python path's call (which of the two counts).
 struct Fields {
@@ -369,7 +382,7 @@ void torch_of(simdjson::dom::element e, Decoded& d) {
     fields.first(field);
     const std::string_view v = string_of(value);
     if (field == 0) {
-      set(d.torch, new_str(v));
+      set(d.torch, shared_str(v));
     }
   }
   require(fields.seen & 1);
@@ -609,7 +622,7 @@ PyObject* fields_of(Scratch& s, std::string_view text) {
           require(readable_schema(string_of(value)));
           break;
         case kHost:
-          set(d.host, new_str(string_of(value)));
+          set(d.host, shared_str(string_of(value)));
           break;
         case kPid:
           set(d.pid, PyLong_FromLongLong(count_of(value)));
@@ -623,11 +636,11 @@ PyObject* fields_of(Scratch& s, std::string_view text) {
         case kJob: {
           const std::string_view v = string_of(value);
           require(!v.empty());
-          set(d.job, new_str(v));
+          set(d.job, shared_str(v));
           break;
         }
         case kRole:
-          set(d.role, new_str(string_of(value)));
+          set(d.role, shared_str(string_of(value)));
           break;
         case kRank:
           set(d.rank,
