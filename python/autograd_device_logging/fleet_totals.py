@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import Counter, defaultdict
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from .cost_statistics import ClassCost, over_jobs, summaries_of
 from .record_fields import (
@@ -58,11 +58,9 @@ class JobTotals:
 
     __slots__ = (
         "ranks",
-        "others",
-        "others_with",
+        "other_releases",
         "passes",
         "counting",
-        "torch",
         "left_out",
         "costs",
         "others_by_name",
@@ -73,11 +71,11 @@ class JobTotals:
         # counts once (Note [A restarted rank counts once, under its newest
         # release]).
         self.ranks: Dict[str, int] = {}
-        self.others = 0
-        self.others_with = [0] * len(EVENTS)
+        # Per torch release, the processes that are not ranks: [processes,
+        # with each event].
+        self.other_releases: Dict[str, List[int]] = {}
         self.passes = [0] * len(CLASSES)
         self.counting = 0
-        self.torch: Counter = Counter()
         self.left_out: Counter = Counter()
         # class -> what the job's processes measured.
         self.costs: Dict[str, ClassCost] = {}
@@ -130,12 +128,14 @@ class JobTotals:
             if r.other_events:
                 self._by_name()["rank events"].setdefault(key, set()).update(r.other_events)
             return False
-        self.others += 1
         if r.other_events:
             self._by_name()["events"].update(r.other_events)
+        row = self.other_releases.get(r.torch)
+        if row is None:
+            row = self.other_releases[r.torch] = _release_row()
+        row[0] += 1
         for i, bit in enumerate(EVENT_BITS.values()):
-            self.others_with[i] += bool(r.events & bit)
-        self.torch[r.torch] += 1
+            row[1 + i] += bool(r.events & bit)
         return True
 
     def plain(self) -> tuple:
@@ -146,11 +146,9 @@ class JobTotals:
         costs = self.costs
         return (
             self.ranks,
-            self.others,
-            self.others_with if self.others else None,
+            self.other_releases or None,
             self.passes if self.counting else None,
             self.counting,
-            dict(self.torch) if self.torch else None,
             dict(self.left_out) if self.left_out else None,
             {c: cost.plain() for c, cost in costs.items()} if costs else None,
             (
@@ -165,7 +163,7 @@ class JobTotals:
         plain() gave them (Note [Reading a fleet in parallel],
         fleet_report.py); their release number i is numbers[i] here (of the
         release `names`; None: the same numbers)."""
-        theirs, others, others_with, passes, counting, torch, left_out, costs, by_name = plain
+        theirs, other_releases, passes, counting, left_out, costs, by_name = plain
         if theirs:
             if numbers is not None:
                 theirs = {key: numbers[s >> 2] << 2 | s & EVENT_MASK for key, s in theirs.items()}
@@ -176,16 +174,14 @@ class JobTotals:
                 for key, state in theirs.items():
                     old = ranks.get(key)
                     ranks[key] = state if old is None else _newest(old, state, names)
-        if others:
-            self.others += others
-            self.others_with = [a + b for a, b in zip(self.others_with, others_with)]
+        if other_releases:
+            mine = self.other_releases
+            for release, row in other_releases.items():
+                old = mine.get(release)
+                mine[release] = row if old is None else [a + b for a, b in zip(old, row)]
         if counting:
             self.counting += counting
             self.passes = [a + b for a, b in zip(self.passes, passes)]
-        if torch:
-            mine = self.torch
-            for release, n in torch.items():
-                mine[release] += n
         if left_out:
             mine = self.left_out
             for reason, n in left_out.items():
@@ -219,9 +215,13 @@ class JobTotals:
 
     def summary(self, by_release: Dict[str, List[int]]) -> dict:
         """The job's summary; `by_release` is ranks_by_release(names)."""
-        processes = self.others + len(self.ranks)
-        with_event = list(self.others_with)
-        torch = Counter(self.torch)
+        processes = len(self.ranks)
+        with_event = [0] * len(EVENTS)
+        torch: Counter = Counter()
+        for release, row in self.other_releases.items():
+            processes += row[0]
+            torch[release] += row[0]
+            with_event = [a + b for a, b in zip(with_event, row[1:])]
         for release, row in by_release.items():
             torch[release] += row[0]
             with_event = [a + b for a, b in zip(with_event, row[1:])]
@@ -247,9 +247,16 @@ class JobTotals:
         }
 
 
+# A job's part of the report, made from its records alone (FleetTotals.
+# results): (its summary, None when it counted no process; {torch release:
+# [processes, with each event]}; the ranks' parents its ranks name, as
+# (host, pid, start time); its agents, likewise; the records filtered out).
+JobResult = Tuple[Optional[dict], Dict[str, List[int]], tuple, tuple, int]
+
+
 class FleetTotals:
-    """A report's counts: per job, per torch release, and what was skipped or
-    filtered out."""
+    """A report's counts, each kept with the job of the records it counts
+    (Note [A job's part of the report]), and what was skipped."""
 
     def __init__(
         self,
@@ -268,11 +275,9 @@ class FleetTotals:
         # Torch releases by number, so that a rank's state is one small int.
         self.release_numbers: Dict[str, int] = {}
         self.release_names: List[str] = []
-        # Per torch release, the processes that are not ranks (ranks are
-        # kept with their job, restarts folded): [processes, with each event].
-        self.other_releases: Dict[str, List[int]] = defaultdict(_release_row)
         self.skipped: Counter = Counter()
-        self.filtered = 0
+        # Per job, the records left out by --since, --until or --job.
+        self.filtered: Counter = Counter()
         # Note [An agent joins its workers' job]
         # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
         # torchrun's elastic agent imports torch, so it keeps a record, but its
@@ -286,13 +291,16 @@ class FleetTotals:
         # whose (host, pid, start time) is a rank's parent is counted in that
         # rank's job, and in its own only where no rank names it (its workers
         # kept no record, or an older library wrote them). The start time
-        # keeps a reused pid from joining the wrong job. Agents are few, and a
-        # rank adds one entry at most: memory still grows with the ranks.
-        # (host, pid, start time) -> the job of the ranks it started.
-        self.rank_parents: Dict[tuple, str] = {}
-        # The agents' records, until every rank has been read: (host, pid,
-        # start time, own job).
-        self.agents: List[tuple] = []
+        # keeps a reused pid from joining the wrong job. Ranks of two jobs
+        # naming one parent is no torchrun's doing: the smaller job name
+        # takes it. Agents are few, and a rank adds one entry at most: memory
+        # still grows with the ranks. Each job keeps the parents its ranks
+        # name and its own agents (Note [A job's part of the report]); who
+        # joins whom is decided once every job is counted (assemble).
+        # job -> {(host, pid, start time)} its ranks name as their parent.
+        self.parents: Dict[str, set] = {}
+        # job -> [(host, pid, start time)] of the agents whose record names it.
+        self.agents: Dict[str, list] = {}
 
     def _release(self, name: str) -> int:
         number = self.release_numbers.get(name)
@@ -305,14 +313,20 @@ class FleetTotals:
         if r.role == "agent":
             # Its job is known once every rank is read; --job applies then.
             if self.filtering and self._started_outside(r):
-                self.filtered += 1
+                self.filtered[r.job] += 1
             else:
-                self.agents.append((_kept(r.host), r.pid, _kept(r.start_time), _kept(r.job)))
+                agents = self.agents.get(r.job)
+                if agents is None:
+                    agents = self.agents[_kept(r.job)] = []
+                agents.append((_kept(r.host), r.pid, _kept(r.start_time)))
             return
         if r.role == "rank" and r.parent is not None and r.parent[1] is not None:
-            self._parent_of(r.host, *r.parent, r.job)
+            named = self.parents.get(r.job)
+            if named is None:
+                named = self.parents[_kept(r.job)] = set()
+            named.add((_kept(r.host), r.parent[0], _kept(r.parent[1])))
         if self.filtering and self._filtered_out(r):
-            self.filtered += 1
+            self.filtered[r.job] += 1
             return
         release = self.release_numbers.get(r.torch)
         if release is None:
@@ -324,11 +338,14 @@ class FleetTotals:
                 placement = self.placement_keys[r.placement] = (
                     UNKNOWN_PLACEMENT if r.placement is None else placement_key(*r.placement)
                 )
-        if self.jobs[r.job].add(r, release, self.release_names, placement):
-            row = self.other_releases[r.torch]
-            row[0] += 1
-            for i, bit in enumerate(EVENT_BITS.values()):
-                row[1 + i] += bool(r.events & bit)
+        self.jobs[r.job].add(r, release, self.release_names, placement)
+
+    def _pop_job(self) -> Optional[str]:
+        """A job that has counts, or None when none has."""
+        for counts in (self.jobs, self.parents, self.agents, self.filtered):
+            if counts:
+                return next(iter(counts))
+        return None
 
     def drain(self, jobs_per_part: int = 1000) -> Iterator[tuple]:
         """The counts as parts of plain values (marshal's types), each with
@@ -337,59 +354,47 @@ class FleetTotals:
         counts go as their parts are made, so that they are never held
         twice."""
         names = list(self.release_names)
-        while self.jobs:
+        job = self._pop_job()
+        while job is not None:
             jobs = []
-            while self.jobs and len(jobs) < jobs_per_part:
-                job, t = self.jobs.popitem()
-                jobs.append((job, t.plain()))
+            while job is not None and len(jobs) < jobs_per_part:
+                t = self.jobs.pop(job, None)
+                jobs.append(
+                    (
+                        job,
+                        None if t is None else t.plain(),
+                        self.parents.pop(job, None),
+                        self.agents.pop(job, None),
+                        self.filtered.pop(job, 0),
+                    )
+                )
+                job = self._pop_job()
             yield (names, jobs, None)
-        rest = (
-            dict(self.other_releases),
-            dict(self.skipped),
-            self.filtered,
-            self.rank_parents,
-            self.agents,
-        )
-        self.other_releases = defaultdict(_release_row)
+        skipped = dict(self.skipped)
         self.skipped.clear()  # in place: a reader may count into it
-        self.filtered = 0
-        self.rank_parents, self.agents = {}, []
-        yield (names, [], rest)
+        yield (names, [], skipped)
 
     def take(self, part: tuple) -> None:
         """Adds a part of another process's counts, made from other files
         with the same options (Note [Reading a fleet in parallel],
         fleet_report.py): every count is a sum, a union or a rule on the
         records, so the report is the one a single process would make."""
-        release_names, jobs, rest = part
+        release_names, jobs, skipped = part
         numbers = [self._release(name) for name in release_names]
         if numbers == list(range(len(numbers))):
             numbers = None
         names = self.release_names
-        for job, plain in jobs:
-            self.jobs[job].take(plain, numbers, names)
-        if rest is None:
-            return
-        other_releases, skipped, filtered, rank_parents, agents = rest
-        for release, row in other_releases.items():
-            self.other_releases[release] = [
-                a + b for a, b in zip(self.other_releases[release], row)
-            ]
-        self.skipped.update(skipped)
-        self.filtered += filtered
-        for (host, pid, start_time), job in rank_parents.items():
-            self._parent_of(host, pid, start_time, job)
-        self.agents += agents
-
-    def _parent_of(self, host: str, pid: int, start_time: str, job: str) -> None:
-        # Ranks of two jobs naming one parent is no torchrun's doing; the
-        # smaller job name takes it, whichever is read first.
-        key = (host, pid, start_time)
-        known = self.rank_parents.get(key)
-        if known is None:
-            self.rank_parents[(_kept(host), pid, _kept(start_time))] = _kept(job)
-        elif job < known:
-            self.rank_parents[key] = _kept(job)
+        for job, plain, parents, agents, filtered in jobs:
+            if plain is not None:
+                self.jobs[job].take(plain, numbers, names)
+            if parents:
+                self.parents.setdefault(job, set()).update(parents)
+            if agents:
+                self.agents.setdefault(job, []).extend(agents)
+            if filtered:
+                self.filtered[job] += filtered
+        if skipped:
+            self.skipped.update(skipped)
 
     def _filtered_out(self, r: Record) -> bool:
         return (self.wanted is not None and r.job not in self.wanted) or self._started_outside(r)
@@ -405,52 +410,105 @@ class FleetTotals:
             )
         )
 
-    def _count_agents(self) -> None:
-        """Each agent in the job of the ranks it started (Note [An agent
-        joins its workers' job])."""
-        for host, pid, start_time, own_job in self.agents:
-            job = self.rank_parents.get((host, pid, start_time), own_job)
-            if self.wanted is not None and job not in self.wanted:
-                self.filtered += 1
-            else:
-                self.jobs[job].left_out["torchrun agent"] += 1
-        self.agents = []
+    # Note [A job's part of the report]
+    # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    # Everything the report says is made from per-job parts, each a function
+    # of that job's records alone (JobResult): the job's summary, its
+    # processes per torch release, the parents its ranks name, its agents
+    # and its records filtered out. Only assemble() looks across jobs: which
+    # agent joins which job (Note [An agent joins its workers' job]), and
+    # the sums over all jobs. So a job whose records are unchanged keeps its
+    # part from the last report (Note [The report's cache], report_cache.py),
+    # and a report made from some parts kept and some made anew is the
+    # report a fresh read makes: test_report_cache.py holds the two equal
+    # under random changes.
+    def results(self) -> Dict[str, JobResult]:
+        """Each job's part (JobResult); the counts are spent making them,
+        so that the two are never all held at once."""
+        names = self.release_names
+        out: Dict[str, JobResult] = {}
+        job = self._pop_job()
+        while job is not None:
+            t = self.jobs.pop(job, None)
+            summary, rows = None, {}
+            if t is not None:
+                by_release = t.ranks_by_release(names)
+                summary = t.summary(by_release)
+                rows = dict(by_release)
+                for release, row in t.other_releases.items():
+                    old = rows.get(release)
+                    rows[release] = row if old is None else [a + b for a, b in zip(old, row)]
+            out[job] = (
+                summary,
+                rows,
+                tuple(sorted(self.parents.pop(job, ()))),
+                tuple(self.agents.pop(job, ())),
+                self.filtered.pop(job, 0),
+            )
+            job = self._pop_job()
+        return out
 
     def report(self) -> dict:
         """{"jobs": {job: summary}, "releases": {torch: counts}, "skipped":
         {reason: n}, "filtered": n}; the per-job counts are spent making it."""
-        self._count_agents()
-        names = self.release_names
-        summaries = {}
-        releases: Dict[str, List[int]] = defaultdict(_release_row)
-        # Each job's counts go as its summary is made, so that the two are
-        # never all held at once: a report is made once, at the end.
-        while self.jobs:
-            job, t = self.jobs.popitem()
-            by_release = t.ranks_by_release(names)
-            summaries[job] = t.summary(by_release)
-            for release, row in by_release.items():
+        return assemble(self.results(), self.skipped, self.wanted)
+
+
+def assemble(results: Dict[str, JobResult], skipped: Counter, wanted: Optional[set]) -> dict:
+    """The report of the jobs' parts (Note [A job's part of the report]) and
+    the files skipped, for --job `wanted` (None: every job)."""
+    parents: Dict[tuple, str] = {}
+    for job, result in results.items():
+        for key in result[2]:
+            known = parents.get(key)
+            if known is None or job < known:
+                parents[key] = job
+    filtered = 0
+    agents: Counter = Counter()
+    for job, result in results.items():
+        filtered += result[4]
+        for key in result[3]:
+            target = parents.get(key, job)
+            if wanted is not None and target not in wanted:
+                filtered += 1
+            else:
+                agents[target] += 1
+    summaries = {}
+    releases: Dict[str, List[int]] = defaultdict(_release_row)
+    for job in sorted(results.keys() | agents.keys()):
+        result = results.get(job)
+        summary = None if result is None else result[0]
+        joined = agents.get(job, 0)
+        if result is not None:
+            for release, row in result[1].items():
                 releases[release] = [a + b for a, b in zip(releases[release], row)]
-        for release, row in self.other_releases.items():
-            releases[release] = [a + b for a, b in zip(releases[release], row)]
-        if summaries:
-            everything = _sum_of(list(summaries.values()))
-            everything["threading_cost"] = over_jobs(
-                [s["threading_cost"] for s in summaries.values()], CLASSES
-            )
-            summaries[ALL_JOBS] = everything
-        return {
-            "jobs": summaries,
-            "releases": {
-                release: {
-                    "processes": row[0],
-                    "processes_with": dict(zip(EVENTS.values(), row[1:])),
-                }
-                for release, row in sorted(releases.items())
-            },
-            "skipped": dict(sorted(self.skipped.items())),
-            "filtered": self.filtered,
-        }
+        if summary is None:
+            if not joined:
+                continue
+            summary = JobTotals().summary({})
+        if joined:
+            left_out = dict(summary["left_out"])
+            left_out["torchrun agent"] = left_out.get("torchrun agent", 0) + joined
+            summary = dict(summary, left_out=dict(sorted(left_out.items())))
+        summaries[job] = summary
+    if summaries:
+        everything = _sum_of(list(summaries.values()))
+        everything["threading_cost"] = over_jobs(
+            [s["threading_cost"] for s in summaries.values()], CLASSES
+        )
+        summaries[ALL_JOBS] = everything
+    return {
+        "jobs": summaries,
+        "releases": {
+            release: {
+                "processes": row[0],
+                "processes_with": dict(zip(EVENTS.values(), row[1:])),
+            }
+            for release, row in sorted(releases.items())
+        },
+        "skipped": dict(sorted(skipped.items())),
+        "filtered": filtered,
+    }
 
 
 def _kept(name: Optional[str]) -> Optional[str]:
