@@ -346,6 +346,7 @@ def only_record(test, directory):
 REPORT_MODULES = (
     "record_fields",
     "record_decoder",
+    "file_index",
     "record_reader",
     "fleet_totals",
     "cost_statistics",

@@ -5,7 +5,9 @@ cache that cannot be trusted is ignored with one line and rebuilt, the cache
 is never in the record directory, and the counts do not depend on the order
 in which the records are read."""
 
+import array
 import collections
+import contextlib
 import json
 import marshal
 import os
@@ -172,7 +174,7 @@ class TestReportCache(TestCase):
         self.assertEqual(len(folders), 1)
         folder = os.path.join(cache_dir, folders[0])
         self.assertEqual(stat.S_IMODE(os.stat(folder).st_mode), 0o700)
-        self.assertTrue(any(n.startswith("shard-") for n in os.listdir(folder)))
+        self.assertTrue(any(n.startswith("report-") for n in os.listdir(folder)))
         again = self.run_report("--json", "--cache-dir", cache_dir)
         self.assertEqual((again.returncode, again.stderr), (0, ""))
         fresh = self.run_report("--json", "--no-cache")
@@ -186,38 +188,35 @@ class TestReportCache(TestCase):
         fresh = self.run_report("--json", "--no-cache").stdout
         self.assertEqual(self.run_report("--json", "--cache-dir", cache_dir).stdout, fresh)
         (folder,) = [os.path.join(cache_dir, n) for n in os.listdir(cache_dir)]
-        shards = sorted(n for n in os.listdir(folder) if n.startswith("shard-"))
-        self.assertGreaterEqual(len(shards), 4)
-
-        def damage(name, how):
-            path = os.path.join(folder, name)
-            with open(path, "rb") as f:
-                data = f.read()
-            if how == "truncated":
-                data = data[: len(data) // 2]
-            elif how == "flipped":
-                data = data[:-3] + bytes([data[-3] ^ 0x55]) + data[-2:]
-            elif how == "another version":
-                magic = report.report_cache._MAGIC
-                data = magic + b"0" * 64 + data[len(magic) + 64 :]
-            else:
-                data = b"\x00junk"
+        (name,) = [n for n in os.listdir(folder) if n.startswith("report-")]
+        path = os.path.join(folder, name)
+        with open(path, "rb") as f:
+            written = f.read()
+        magic = report.report_cache._MAGIC
+        damaged = {
+            "truncated": written[: len(written) // 2],
+            "flipped": written[:-3] + bytes([written[-3] ^ 0x55]) + written[-2:],
+            "another version": magic + b"0" * 64 + written[len(magic) + 64 :],
+            "junk": b"\x00junk",
+        }
+        if os.geteuid() != 0:  # root reads a file of mode 0
+            damaged["unreadable"] = written
+        for how, data in damaged.items():
+            os.chmod(path, 0o600)
             with open(path, "wb") as f:
                 f.write(data)
-
-        for name, how in zip(shards, ("truncated", "flipped", "another version", "junk")):
-            damage(name, how)
-        os.chmod(os.path.join(folder, shards[4]), 0)
-        proc = self.run_report("--json", "--cache-dir", cache_dir)
-        self.assertEqual(proc.returncode, 0)
-        self.assertEqual(proc.stdout, fresh)
-        lines = proc.stderr.splitlines()
-        self.assertEqual(len(lines), 1, proc.stderr)
-        self.assertIn("ignoring the report's cache", lines[0])
-        self.assertIn("rebuilding it", lines[0])
-        # Rebuilt: the next run meets nothing.
-        proc = self.run_report("--json", "--cache-dir", cache_dir)
-        self.assertEqual((proc.stdout, proc.stderr), (fresh, ""))
+            if how == "unreadable":
+                os.chmod(path, 0)
+            proc = self.run_report("--json", "--cache-dir", cache_dir)
+            self.assertEqual(proc.returncode, 0, how)
+            self.assertEqual(proc.stdout, fresh, how)
+            lines = proc.stderr.splitlines()
+            self.assertEqual(len(lines), 1, f"{how}: {proc.stderr}")
+            self.assertIn("ignoring the report's cache", lines[0])
+            self.assertIn("rebuilding it", lines[0])
+            # Rebuilt: the next run meets nothing.
+            proc = self.run_report("--json", "--cache-dir", cache_dir)
+            self.assertEqual((proc.stdout, proc.stderr), (fresh, ""), how)
 
     def test_the_cache_is_the_users_and_never_in_the_record_directory(self):
         for i in range(10):
@@ -262,7 +261,7 @@ class TestReportCache(TestCase):
         fresh = self.run_report("--json", "--cache-dir", cache_dir).stdout
         (folder,) = [os.path.join(cache_dir, n) for n in os.listdir(cache_dir)]
         for name in os.listdir(folder):
-            if name.startswith("shard-"):
+            if name.startswith("report-"):
                 with open(os.path.join(folder, name), "wb") as f:
                     f.write(b"forged")
         os.chmod(folder, 0o777)
@@ -285,23 +284,59 @@ class TestReportCache(TestCase):
         self.assertEqual(len(lines), 1, proc.stderr)
         self.assertIn("not using the report's cache", lines[0])
 
-    def test_a_shard_another_interpreter_wrote_is_not_read(self):
+    def test_a_cache_another_interpreter_wrote_is_not_read(self):
         # marshal's format is the interpreter's (Note [The report's cache]):
-        # a shard written by another is another version's, never loaded.
+        # a file written by another is another version's, never loaded.
         cache_module = report.report_cache
-        entries = {b"r0.json": ((1, 2, 3), "junk")}
+        state = (b"r0.json/", bytes(32), {}, {})
+        options = (None, None, None, False)
         cache = cache_module.ReportCache(self.dir, self.cache_root)
-        cache.save(0, entries)
+        cache.save(options, state)
         cache.close()
         again = cache_module.ReportCache(self.dir, self.cache_root)
-        self.assertEqual(again.load(0), entries)
+        self.assertEqual(again.load(options), state)
+        # Each set of options keeps its own.
+        self.assertIsNone(again.load((None, None, ["j-1"], False)))
         again.close()
+        self.assertEqual(again.problems, [])
         with unittest.mock.patch.object(cache_module, "_INTERPRETER", "cpython-399 marshal 9"):
             other = cache_module.ReportCache(self.dir, self.cache_root)
-        self.assertEqual(other.load(0), {})
+        self.assertIsNone(other.load(options))
         other.close()
         self.assertEqual(len(other.problems), 1, other.problems)
         self.assertIn("written by another version", other.problems[0])
+
+    def test_a_rerun_reads_only_the_jobs_whose_files_changed(self):
+        # Note [A re-run reads the jobs that changed]: a job none of whose
+        # files changed keeps its part; a changed job is read whole.
+        jobs = {f"j{j}": [f"j{j}-r{i}.json" for i in range(5)] for j in range(8)}
+        for job, names in jobs.items():
+            for i, name in enumerate(names):
+                record = random_record(self.rng, self.written)
+                record.update(job=job, role="rank", rank=i)
+                record.pop("parent", None)
+                self.write(name, record)
+        self.reports()
+        reader = report.record_reader
+        decoded = []
+
+        def counting(data):
+            record = decode(data)
+            decoded.append(record.job)
+            return record
+
+        decode = reader.decode
+        self.rewrite_in_place("j3-r2.json")  # now in j4
+        self.write("j6-r9.json", dict(random_record(self.rng, 0), job="j6", role="other"))
+        os.unlink(os.path.join(self.dir, "j1-r0.json"))
+        with unittest.mock.patch.object(reader, "decode", counting):
+            cache = self.cache()
+            cached = report.fleet_report.summarize_directory(self.dir, cache=cache)
+        self.assertEqual(cache.problems, [])
+        # j3 lost a file to j4, j6 gained one, j1 lost one: those four jobs'
+        # files are read (the removed one is gone), no other.
+        self.assertEqual(collections.Counter(decoded), {"j3": 4, "j4": 6, "j6": 6, "j1": 4})
+        self.assertEqual(cached, report.fleet_report.summarize_directory(self.dir))
 
 
 class TestCompiledFileReading(TestCase):
@@ -339,26 +374,38 @@ class TestCompiledFileReading(TestCase):
             f.write(text)
         os.replace(temporary, os.path.join(self.dir, name))
 
-    def read(self, compiled, cache=None):
+    def compiled(self, compiled):
+        """The compiled reading and index as built, or the Python path."""
+        index = report.file_index
+        if compiled and index.read_files is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        names = ("read_files", "scan_directory", "changed_groups", "names_in", "unchanged_entries")
+        stack = contextlib.ExitStack()
+        for name in names:
+            value = getattr(index, name) if compiled else None
+            stack.enter_context(unittest.mock.patch.object(index, name, value))
+        stack.enter_context(
+            unittest.mock.patch.object(
+                report.record_reader, "read_files", index.read_files if compiled else None
+            )
+        )
+        return stack
+
+    def read(self, compiled):
         """(records as tuples, skipped) as read_records gives them, by
         read_files or by the Python path."""
         reader = report.record_reader
-        if compiled and reader.read_files is None:
-            self.skipTest("no _record_files in this build (a sanitized build has none)")
         skipped = collections.Counter()
-        with unittest.mock.patch.object(
-            reader, "read_files", reader.read_files if compiled else None
-        ):
-            records = [
-                tuple(reader.as_fields(r))
-                for r in reader.read_records(self.dir, skipped, cache=cache)
-            ]
-        if cache is not None:
-            self.assertEqual(cache.problems, [])
+        with self.compiled(compiled):
+            fields = report.record_fields.Record.__slots__
+            records = sorted(
+                (
+                    tuple(getattr(r, f) for f in fields)
+                    for r in reader.read_records(self.dir, skipped)
+                ),
+                key=repr,
+            )
         return records, dict(skipped)
-
-    def shards(self, cache):
-        return {n: cache.load(n) for n in range(report.report_cache.SHARDS)}
 
     def test_the_same_records_and_reasons_as_the_python_path(self):
         compiled, python = self.read(True), self.read(False)
@@ -384,25 +431,44 @@ class TestCompiledFileReading(TestCase):
             self.skipTest("no _record_files in this build (a sanitized build has none)")
         fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
         self.addCleanup(os.close, fd)
-        held = {b"gone.json": ((1, 2, 3), "too large")}
-        outcomes, reused = reader.read_files(fd, [b"gone.json"], held, reader.MAX_RECORD_BYTES)
-        self.assertEqual((outcomes, reused), ([(None, "unreadable")], 0))
+        outcomes, _ = reader.read_files(fd, [b"gone.json"], None, reader.MAX_RECORD_BYTES)
+        self.assertEqual(outcomes, [(None, "unreadable")])
         with self.assertRaises(FileNotFoundError):
             reader.read_record(b"gone.json", fd, bytearray(reader.MAX_RECORD_BYTES + 1))
+        entries = report.file_index.IndexEntries()
+        for compiled in (True, False):
+            with self.compiled(compiled):
+                records = list(reader.read_named(fd, b"gone.json/", collections.Counter(), entries))
+            self.assertEqual(records, [])
+        self.assertEqual(entries.take(), (b"", b""))
 
-    def test_the_same_cache_and_the_same_reuse_under_changes(self):
+    def index_of(self, root, compiled):
+        """The state the report's cache under `root` holds."""
+        cache = report.report_cache.ReportCache(self.dir, root)
+        state = cache.load((None, None, None, False))
+        cache.close()
+        self.assertEqual(cache.problems, [], compiled)
+        names, keys = state[0].split(b"/")[:-1], array.array("q", state[1])
+        entries = sorted(zip(names, (tuple(keys[i : i + 4]) for i in range(0, len(keys), 4))))
+        return entries, state[2], state[3]
+
+    def test_the_same_index_and_the_same_reuse_under_changes(self):
         root = os.path.join(self.tmp.name, "cache")
-        caches = {
-            way: report.report_cache.ReportCache(self.dir, os.path.join(root, way))
-            for way in ("compiled", "python")
-        }
+        roots = {way: os.path.join(root, way) for way in ("compiled", "python")}
         for round in range(4):
-            fresh = self.read(False)
-            for way, cache in caches.items():
-                self.assertEqual(
-                    self.read(way == "compiled", cache), fresh, f"{way}, round {round}"
-                )
-            self.assertEqual(self.shards(caches["compiled"]), self.shards(caches["python"]))
+            fresh = report.fleet_report.summarize_directory(self.dir)
+            for way, where in roots.items():
+                with self.compiled(way == "compiled"):
+                    cache = report.report_cache.ReportCache(self.dir, where)
+                    self.assertEqual(
+                        report.fleet_report.summarize_directory(self.dir, cache=cache),
+                        fresh,
+                        f"{way}, round {round}",
+                    )
+                    self.assertEqual(cache.problems, [])
+            self.assertEqual(
+                self.index_of(roots["compiled"], True), self.index_of(roots["python"], False)
+            )
             # Changes: replaced, rewritten in place a second later, removed,
             # turned into a link, turned into junk.
             names = sorted(n for n in os.listdir(self.dir) if n.startswith("r"))
@@ -420,8 +486,61 @@ class TestCompiledFileReading(TestCase):
                 if round % 2
                 else self.write(os.path.basename(victim), "[")
             )
-        for cache in caches.values():
-            cache.close()
+
+    def test_the_index_operations_agree(self):
+        # Note [The files' index]: each bulk operation, compiled and in
+        # Python, on an index of every kind of entry.
+        index = report.file_index
+        if index.scan_directory is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, fd)
+        entries = index.IndexEntries()
+        with self.compiled(True):
+            list(
+                report.record_reader.read_named(
+                    fd,
+                    index.scan(fd, None, collections.Counter())[0],
+                    collections.Counter(),
+                    entries,
+                )
+            )
+        names, key_bytes = entries.take()
+        keys = array.array("q", key_bytes)
+        self.assertEqual(len(keys), 4 * names.count(b"/"))
+        # Some entries changed: another mtime, or another name.
+        keys[1] += 1
+        names = names.replace(b"r2.json/", b"r2x.json/", 1)
+        outcomes = {}
+        for compiled in (True, False):
+            with self.compiled(compiled):
+                skipped = collections.Counter()
+                listed, unchanged = index.scan(fd, (names, keys), skipped)
+                reasons = {
+                    index.group_of(r, True): r
+                    for r in ("too large", "malformed: not JSON", "malformed: bad field: pid")
+                }
+                counted = collections.Counter()
+                changed = index.changed_groups_of(names, keys, unchanged, reasons, counted)
+                some = set(list(changed)[:1]) | {keys[3 + 4 * 5]}
+                again_unchanged = bytearray(unchanged)
+                again = index.names_of(names, keys, again_unchanged, some)
+                kept = index.unchanged_entries_of(names, keys, again_unchanged)
+                outcomes[compiled] = (
+                    sorted(listed.split(b"/")),
+                    bytes(unchanged),
+                    dict(skipped),
+                    changed,
+                    dict(counted),
+                    again,
+                    bytes(again_unchanged),
+                    kept,
+                )
+        self.assertEqual(outcomes[True], outcomes[False])
+        listed, unchanged = outcomes[True][:2]
+        self.assertIn(b"r2.json", listed)
+        self.assertEqual(unchanged.count(0), 2)
+        self.assertTrue(outcomes[True][5])
 
 
 class TestCompiledFileReadingIsBuilt(TestCase):

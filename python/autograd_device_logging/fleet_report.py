@@ -38,13 +38,23 @@ import marshal
 import os
 import queue as queue_module
 import sys
+from array import array
 from collections import Counter
-from typing import FrozenSet, List, Optional
+from typing import List, Optional, Tuple
 
+from .file_index import (
+    IndexEntries,
+    changed_groups_of,
+    group_of,
+    is_record_name,
+    names_of,
+    scan,
+    unchanged_entries_of,
+)
 from .fleet_report_options import make_parser, table_width
-from .fleet_totals import ALL_JOBS, FleetTotals
-from .record_reader import is_record_name, read_records
-from .report_cache import SHARDS, ReportCache, inside
+from .fleet_totals import ALL_JOBS, FleetTotals, assemble
+from .record_reader import open_directory, read_named
+from .report_cache import ReportCache, inside
 from .report_text import format_table
 
 # Files a reading process reads between two reports of its progress.
@@ -82,13 +92,14 @@ class _Progress:
             self.bar.close()
 
 
-def _read_part(directory: str, shards, cache, options, out) -> None:
-    """A reading process: counts the records of its shards of `directory`
-    into totals of its own (Note [Reading a fleet in parallel]), saying how
-    many files it read every BATCH, then hands the totals over with what it
-    met in the cache."""
+def _read_part(directory: str, names: bytes, options, keep: bool, out) -> None:
+    """A reading process: counts the records of the files `names` of
+    `directory` into totals of its own (Note [Reading a fleet in
+    parallel]), saying how many files it read every BATCH, and hands the
+    totals over, with the files' index entries where `keep`."""
     try:
         totals = FleetTotals(*options)
+        entries = IndexEntries() if keep else None
         read = 0
 
         def between(files: int) -> None:
@@ -102,10 +113,16 @@ def _read_part(directory: str, shards, cache, options, out) -> None:
         def hand_over() -> None:
             for part in totals.drain():
                 out.put(("part", marshal.dumps(part), 0))
+            if entries is not None:
+                out.put(("entries", entries.take(), 0))
 
-        _read_here(directory, totals, shards, cache, between)
+        directory_fd = open_directory(directory)
+        try:
+            _read_here(directory_fd, names, totals, entries, between)
+        finally:
+            os.close(directory_fd)
         hand_over()
-        out.put(("done", [] if cache is None else cache.problems, 0))
+        out.put(("done", None, 0))
     except BaseException as e:  # noqa: B036 -- the parent reports it
         out.put(("failed", f"{type(e).__name__}: {e}", 0))
 
@@ -115,64 +132,71 @@ def _read_part(directory: str, shards, cache, options, out) -> None:
 # Reading, checking and counting a record costs the same in any process, so
 # the report reads with a process per core (at most
 # fleet_report_options.MAX_WORKERS): this one and the reading processes it
-# forks. Each lists the directory itself and reads the files of its shards
-# (report_cache.SHARDS, by the hash of the name), so no file is read twice
-# even while jobs add records, and no name is sent from one process to
-# another; each keeps its shards' cache. Each counts what it reads into
-# FleetTotals of its own and, every HAND_OVER records and at the end, hands
-# them over to this process as plain values (FleetTotals.drain, through
-# marshal), which adds them to its own (FleetTotals.take): every count is a
-# sum, a union or a rule on the records themselves (Note [A restarted rank
-# counts once, under its newest release], fleet_totals.py), so the report
-# does not depend on which process read what, nor on when counts were handed
-# over. No record crosses from one process to another: sending each and
-# counting every one in this process made it the slowest of them. Handing
-# over as it goes keeps a reading process's counts small, so that the
-# counts are held about once, as by a single process (the memory target).
-# Nothing waits without a limit: a reading process that dies (killed, out of
-# memory) fails the report with a message instead of leaving it waiting for
-# counts that never come.
-def _read_here(directory: str, totals: FleetTotals, shards, cache, between) -> None:
-    """Reads `shards` of `directory` into `totals` in this process;
-    `between(files)` runs after each BATCH files with how many were read."""
+# forks. This one lists the directory (record_reader.scan) and each process
+# reads an even share of the names to read, which it inherits as one bytes
+# object, so no file is read twice and no name is sent. Each counts what it
+# reads into FleetTotals of its own and, every HAND_OVER records and at the
+# end, hands them over to this process as plain values (FleetTotals.drain,
+# through marshal), which adds them to its own (FleetTotals.take), with the
+# index entries of the files it read (Note [The files' index],
+# record_reader.py) as two buffers: every count is a sum, a union or a rule
+# on the records themselves (Note [A restarted rank counts once, under its
+# newest release], fleet_totals.py), so the report does not depend on which
+# process read what, nor on when counts were handed over. No record crosses
+# from one process to another: sending each and counting every one in this
+# process made it the slowest of them. Handing over as it goes keeps a
+# reading process's counts small, so that the counts are held about once,
+# as by a single process (the memory target). Nothing waits without a
+# limit: a reading process that dies (killed, out of memory) fails the
+# report with a message instead of leaving it waiting for counts that never
+# come.
+def _read_here(directory_fd: int, names: bytes, totals: FleetTotals, entries, between) -> None:
+    """Reads the files `names` into `totals` in this process; `between(files)`
+    runs after each BATCH files with how many were read."""
     seen = 0
-    for seen, record in enumerate(read_records(directory, totals.skipped, shards, cache), 1):
+    for seen, record in enumerate(read_named(directory_fd, names, totals.skipped, entries), 1):
         totals.add(record)
         if seen % BATCH == 0:
             between(BATCH)
     between(seen % BATCH)
 
 
-def shards_of(workers: int) -> List[FrozenSet[int]]:
-    """The shards that `workers` processes read (read_records' `shards`),
-    this process's first: as even a share as SHARDS allows."""
-    return [frozenset(range(i, SHARDS, workers)) for i in range(workers)]
+def shares_of(names: bytes, workers: int) -> List[bytes]:
+    """`names` ("/"-ended) as `workers` shares of about as many bytes, each
+    "/"-ended, this process's first."""
+    shares, start = [], 0
+    for i in range(1, workers + 1):
+        end = len(names) if i == workers else len(names) * i // workers
+        if 0 < end < len(names):
+            end = names.index(b"/", end - 1) + 1
+        end = max(end, start)
+        shares.append(names[start:end])
+        start = end
+    return shares
 
 
 class _Readers:
     """The reading processes, and taking what they hand over."""
 
-    def __init__(self, directory: str, workers: int, totals: FleetTotals, cache, progress):
+    def __init__(self, directory: str, shares, totals: FleetTotals, entries, progress):
         import multiprocessing
 
         methods = multiprocessing.get_all_start_methods()
         # Forking is safe: the report imports neither torch nor the library,
         # and starts no thread before the reading processes.
         context = multiprocessing.get_context("fork" if "fork" in methods else None)
-        self.totals, self.progress = totals, progress
+        self.totals, self.entries, self.progress = totals, entries, progress
         self.out = context.Queue()
         options = (totals.since, totals.until, totals.wanted, totals.by_placement)
         self.processes = [
             context.Process(
                 target=_read_part,
-                args=(directory, shards, cache, options, self.out),
+                args=(directory, names, options, entries is not None, self.out),
                 daemon=True,
             )
-            for shards in shards_of(workers)[1:]
+            for names in shares
         ]
         self.running = len(self.processes)
-        # What the reading processes met in the cache.
-        self.problems: List[str] = []
         for process in self.processes:
             process.start()
 
@@ -193,8 +217,9 @@ class _Readers:
                 self.progress.update(files)
             elif kind == "part":
                 self.totals.take(marshal.loads(payload))
+            elif kind == "entries":
+                self.entries.append(payload)
             elif kind == "done":
-                self.problems += payload
                 self.running -= 1
             else:
                 raise RuntimeError(f"a reading process failed: {payload}")
@@ -206,6 +231,45 @@ class _Readers:
             process.join()
 
 
+def _read(directory, directory_fd, names, workers, totals, read, shown) -> None:
+    """Reads the files `names` ("/"-ended) into `totals`, with `workers`
+    processes where there are enough names to share; the index entries of
+    what was read go into `read` (a list of (names, keys) buffers), when it
+    is not None."""
+    entries = None if read is None else IndexEntries()
+    workers = max(1, min(workers, names.count(b"/")))
+    shares = shares_of(names, workers)
+    if workers > 1:
+        readers = _Readers(directory, shares[1:], totals, read, shown)
+        try:
+
+            def between(files: int) -> None:
+                shown.update(files)
+                readers.take(False)
+
+            _read_here(directory_fd, shares[0], totals, entries, between)
+            readers.take(True)
+        finally:
+            readers.close()
+    else:
+        _read_here(directory_fd, shares[0], totals, entries, shown.update)
+    if entries is not None:
+        read.append(entries.take())
+
+
+# Note [A re-run reads the jobs that changed]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# With the cache, the report lists the directory and compares each file's
+# key with the index (Note [The files' index], record_reader.py): a file
+# whose key is unchanged gave the same part last time. A job's part of the
+# report is made from its records alone (Note [A job's part of the
+# report], fleet_totals.py), so a job none of whose files changed, came or
+# went keeps its part; the others (the groups of the changed entries and of
+# the files read anew) are counted again, from all their files, which are
+# read again. A file read again may have changed since the listing and
+# joined another job: that job is then counted again too, until no read
+# file names a job not yet counted. What is read costs as a fresh read;
+# what is kept costs only its key.
 def summarize_directory(
     directory: str,
     since: Optional[str] = None,
@@ -219,11 +283,12 @@ def summarize_directory(
     """The report of `directory` (FleetTotals.report), read by `workers`
     processes (Note [Reading a fleet in parallel]); progress on stderr when
     `progress` is true, or None and stderr is a terminal; the threading cost
-    per class and placement with `by_placement`; unchanged files' parts from
-    `cache` (Note [The report's cache]), whose `problems` then list what it
-    met. Streams: memory grows with the jobs and ranks, not with the
-    records."""
+    per class and placement with `by_placement`; with `cache`, only the jobs
+    that changed are read (Note [A re-run reads the jobs that changed]), and
+    its `problems` list what it met. Streams: memory grows with the jobs and
+    ranks, not with the records."""
     totals = FleetTotals(since, until, jobs, by_placement)
+    options = (since, until, sorted(set(jobs)) if jobs else None, by_placement)
     shown = _Progress(directory, progress)
     # Note [No garbage collection while reading]
     # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -234,31 +299,85 @@ def summarize_directory(
     # the reading processes, which fork with it off, and back as it was after.
     collecting = gc.isenabled()
     gc.disable()
+    directory_fd = None
     try:
-        if workers > 1:
-            readers = _Readers(directory, workers, totals, cache, shown)
+        state = None if cache is None else cache.load(options)
+        directory_fd = open_directory(directory)
+        names, keys, reasons, kept = b"", array("q"), {}, {}
+        if state is not None:
+            names, key_bytes, reasons, kept = state
+            keys.frombytes(key_bytes)
+        listed, unchanged = scan(directory_fd, (names, keys), totals.skipped)
+        touched = set()
+        # Files skipped as the index says, which the progress counts as
+        # unchanged.
+        kept_skips = Counter()
+        if names:
             try:
-
-                def between(files: int) -> None:
-                    shown.update(files)
-                    readers.take(False)
-
-                _read_here(directory, totals, shards_of(workers)[0], cache, between)
-                readers.take(True)
-            finally:
-                readers.close()
-            if cache is not None:
-                cache.problems += readers.problems
-        else:
-            _read_here(directory, totals, None, cache, shown.update)
-        shown.update(sum(totals.skipped.values()))
+                touched = changed_groups_of(names, keys, unchanged, reasons, kept_skips)
+            except ValueError:
+                cache.problems.append(
+                    f"ignoring the report's cache in {cache.folder}: corrupt; rebuilding it"
+                )
+                names, keys, reasons, kept = b"", array("q"), {}, {}
+                kept_skips.clear()
+                totals.skipped.clear()
+                listed, unchanged = scan(directory_fd, None, totals.skipped)
+        read = None if cache is None else []
+        _read(directory, directory_fd, listed, workers, totals, read, shown)
+        if names:
+            counted = 0
+            while True:
+                for _, key_bytes in read[counted:]:
+                    read_keys = array("q")
+                    read_keys.frombytes(key_bytes)
+                    touched.update(g for g in read_keys[3::4] if not g & 1)
+                counted = len(read)
+                again = names_of(names, keys, unchanged, touched)
+                if not again:
+                    break
+                _read(directory, directory_fd, again, workers, totals, read, shown)
+        results = totals.results()
+        for job, result in kept.items():
+            if job not in results and group_of(job) not in touched:
+                results[job] = result
+        # The reading counted the records; the rest is counted here.
+        shown.update(unchanged.count(1) + sum(totals.skipped.values()))
+        totals.skipped.update(kept_skips)
+        if cache is not None:
+            for names_read, key_bytes in read:
+                read_keys = array("q")
+                read_keys.frombytes(key_bytes)
+                for g in set(read_keys[3::4]):
+                    if g & 1 and g not in reasons:
+                        reasons[g] = _reason_of(g, totals.skipped)
+            index = unchanged_entries_of(names, keys, unchanged) if names else (b"", b"")
+            cache.save(
+                options,
+                (
+                    index[0] + b"".join(n for n, _ in read),
+                    index[1] + b"".join(k for _, k in read),
+                    {g: r for g, r in reasons.items()},
+                    results,
+                ),
+            )
+        return assemble(results, totals.skipped, totals.wanted)
     finally:
+        if directory_fd is not None:
+            os.close(directory_fd)
         if collecting:
             gc.enable()
         shown.close()
         if cache is not None:
             cache.close()
-    return totals.report()
+
+
+def _reason_of(group: int, skipped: Counter) -> str:
+    """The reason whose group is `group`: one of those counted."""
+    for reason in skipped:
+        if group_of(reason, True) == group:
+            return reason
+    raise KeyError(group)
 
 
 def write_json(report: dict, out) -> None:

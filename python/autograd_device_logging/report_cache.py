@@ -50,27 +50,28 @@ from typing import Dict, List, Optional, Tuple
 
 from . import settings
 
-# Shards per record directory: many more than reading processes
-# (fleet_report_options.MAX_WORKERS), so that each reads about as many.
-SHARDS = 64
-# The layout of a shard; a new one starts the cache afresh.
-FORMAT = 1
+# The layout of the cache's files; a new one starts the cache afresh.
+FORMAT = 2
 # The files whose code decides what a record's part is.
 _READER_SOURCES = (
     "record_fields.py",
     "record_decoder.py",
     "cost_statistics.py",
     "vocabulary.py",
+    "file_index.py",
+    "record_reader.py",
+    "fleet_totals.py",
     "report_cache.py",
 )
 _MAGIC = b"autograd_device_logging fleet report cache\n"
-# What reads a shard's body back: marshal's format is the interpreter's.
+# What reads a file's body back: marshal's format is the interpreter's.
 _INTERPRETER = f"{sys.implementation.cache_tag} marshal {marshal.version}"
 
-# A file's key, and what the file gave the report: the Record's fields as a
-# tuple, or the reason it was skipped.
-Key = Tuple[int, int, int]
-Entries = Dict[bytes, Tuple[Key, object]]
+# What a report leaves for the next with the same options: the files' index
+# (names, keys: Note [The files' index], record_reader.py), the reasons of
+# the skipped files' groups ({group: reason}) and each job's part ({job:
+# JobResult}, fleet_totals.py).
+State = Tuple[bytes, bytes, Dict[int, str], Dict[str, tuple]]
 
 
 def default_root() -> str:
@@ -166,48 +167,62 @@ class ReportCache:
             pass  # only a note for whoever looks in the folder
         return True
 
-    def load(self, shard: int) -> Entries:
-        """The shard's entries; empty when it has none yet, or when it cannot
-        be used (a problem says why)."""
+    def _name(self, options: tuple) -> str:
+        """The file of the report made with `options`: each set of options
+        keeps its own jobs' parts."""
+        return "report-" + hashlib.sha256(repr(options).encode()).hexdigest()[:16]
+
+    def load(self, options: tuple) -> Optional[State]:
+        """What the last report with `options` left; None when there is
+        none, or when it cannot be used (a problem says why)."""
         if not self._open():
-            return {}
-        name = f"shard-{shard:02d}"
+            return None
+        name = self._name(options)
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._fd)
         except OSError as e:
             if e.errno != errno.ENOENT:
                 self._problem(f"{os.path.join(self.folder, name)}: {e.strerror or e}")
-            return {}
+            return None
         try:
             with open(fd, "rb") as f:
                 data = f.read()
         except OSError as e:
             self._problem(f"{os.path.join(self.folder, name)}: {e.strerror or e}")
-            return {}
+            return None
         tag = self.tag
         if not data.startswith(tag):
             reason = "written by another version" if data.startswith(_MAGIC) else "not a cache"
             self._problem(f"{os.path.join(self.folder, name)}: {reason}")
-            return {}
+            return None
         body = memoryview(data)[len(tag) + 4 :]
         try:
             if int.from_bytes(data[len(tag) : len(tag) + 4], "little") != zlib.crc32(body):
                 raise ValueError("corrupt")
-            entries = marshal.loads(body)
-            if type(entries) is not dict:
+            state = marshal.loads(body)
+            if (
+                type(state) is not tuple
+                or len(state) != 4
+                or type(state[0]) is not bytes
+                or type(state[1]) is not bytes
+                or len(state[1]) % 32
+                or type(state[2]) is not dict
+                or type(state[3]) is not dict
+            ):
                 raise ValueError("corrupt")
         except (ValueError, EOFError, TypeError):
             self._problem(f"{os.path.join(self.folder, name)}: corrupt")
-            return {}
-        return entries
+            return None
+        return state
 
-    def save(self, shard: int, entries: Entries) -> None:
-        """Writes the shard: a file of this process's own, renamed into
-        place, so that a reader sees the old shard or the new, never part."""
+    def save(self, options: tuple, state: State) -> None:
+        """Writes what the report with `options` leaves: a file of this
+        process's own, renamed into place, so that a reader sees the old
+        state or the new, never part."""
         if not self._open():
             return
-        name = f"shard-{shard:02d}"
-        body = marshal.dumps(entries)
+        name = self._name(options)
+        body = marshal.dumps(state)
         temporary = f".{name}.{os.getpid()}"
         try:
             fd = os.open(

@@ -1,11 +1,13 @@
-// The fleet report's reading of a shard's record files, in compiled code
-// (Note [Reading the files in compiled code], record_reader.py). A CPython
+// The fleet report's reading of record files, in compiled code (Note
+// [Reading the files in compiled code], file_index.py), and its index of
+// them (file_index.cpp). A CPython
 // extension of its own: the report loads neither torch nor the library, so
 // this links neither, and it needs nothing beyond POSIX and Python's headers.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "file_index.h"
 #include "python_reference.h"
 
 #include <cerrno>
@@ -200,6 +202,30 @@ PyMethodDef kMethods[] = {
      "Each name's outcome, in order: held[name] itself where the file still\n"
      "has its key; else (key, contents as bytes) for a regular file of at\n"
      "most max_bytes; else (key or None, why it was not read)."},
+    {"scan_directory",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::scan_directory)),
+     METH_FASTCALL,
+     "scan_directory(directory_fd, names, keys, unchanged)\n"
+     "-> (names to read, symbolic links, not regular files)\n"
+     "\n"
+     "Lists the directory's record names; sets unchanged[i] for the index's\n"
+     "entries whose file is a regular file of the same key (file_index.scan)."},
+    {"changed_groups",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::changed_groups)),
+     METH_FASTCALL,
+     "changed_groups(names, keys, unchanged) -> (set, dict)"},
+    {"names_in",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::names_in)),
+     METH_FASTCALL,
+     "names_in(names, keys, unchanged, groups) -> names"},
+    {"unchanged_entries",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::unchanged_entries)),
+     METH_FASTCALL,
+     "unchanged_entries(names, keys, unchanged) -> (names, keys)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {

@@ -1,0 +1,204 @@
+"""The report's index of the record files it read (Note [The files'
+index]): listing the directory against it, and its bulk operations, in
+compiled code where the package was built (python/csrc/file_index.cpp)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from array import array
+from collections import Counter
+from typing import Dict, Tuple
+
+try:
+    from ._record_files import (
+        changed_groups,
+        names_in,
+        read_files,
+        scan_directory,
+        unchanged_entries,
+    )
+except ImportError:  # Note [Reading the files in compiled code]
+    changed_groups = names_in = read_files = scan_directory = unchanged_entries = None
+
+# A file's key (Note [The report's cache], report_cache.py).
+Key = Tuple[int, int, int]
+
+
+def is_record_name(name: str) -> bool:
+    return name.endswith(".json") and not name.startswith(".")
+
+
+# Note [Reading the files in compiled code]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Opening, checking and reading a small file costs the kernel about 5 us,
+# and Python's os.open, os.fstat, os.readv and os.close, with the objects
+# they make and the exceptions that carry a skip, about 3 us more. So where the
+# package was built (python/csrc/record_files.cpp, which needs only Python's
+# headers), _record_files.read_files does for CHUNK names at a time what
+# read_record does, in one call: the same flags (no link followed, no FIFO
+# waited on), the same key (st_size, st_mtime_ns, st_ino) from the same
+# stat, the same reasons for a file it does not read; and scan_directory
+# does what scan does, listing and checking keys in threads of its own.
+# Only the decoding stays in Python. Without the extension (the source tree)
+# the Python path does it all: the same report. test_report_cache.py
+# (TestCompiledFileReading) holds the two to each other on directories of
+# every kind of entry, cached and not.
+# Note [The files' index]
+# ~~~~~~~~~~~~~~~~~~~~~~~~
+# What the report's cache knows of each file it read (Note [The report's
+# cache], report_cache.py) is four integers: the file's key (st_size,
+# st_mtime_ns, st_ino) and its group, a 64-bit hash of the job its record
+# counted in (even) or of the reason it was skipped (odd). Names are kept as
+# one bytes object, each followed by a "/" (which no name holds), and the
+# integers as one array, so that a million files load in a fraction of a
+# second and cross between processes as two buffers. A group needs no table:
+# two jobs of one hash only make a re-run read both again, and the parity
+# keeps a job from ever reading as a reason.
+GROUP_BYTES = 8
+
+
+def group_of(name: str, reason: bool = False) -> int:
+    """The group of a job's records, or of the files skipped for `reason`
+    (Note [The files' index]), as a signed 64-bit int."""
+    digest = hashlib.blake2b(
+        name.encode("utf-8", "surrogatepass"), digest_size=GROUP_BYTES
+    ).digest()
+    return signed((int.from_bytes(digest, "little") & ~1) | reason)
+
+
+def signed(value: int) -> int:
+    """An unsigned 64-bit value (an inode number, a hash) as the signed one
+    of the same bits, which array("q") holds."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+class IndexEntries:
+    """Files' entries (Note [The files' index]) as they are read."""
+
+    __slots__ = ("names", "keys", "_groups")
+
+    def __init__(self):
+        self.names = bytearray()
+        self.keys = array("q")
+        # Job or reason -> its group, computed once.
+        self._groups: Dict[Tuple[str, bool], int] = {}
+
+    def add(self, name: bytes, key: Key, counted_in: str, reason: bool) -> None:
+        group = self._groups.get((counted_in, reason))
+        if group is None:
+            group = self._groups[(counted_in, reason)] = group_of(counted_in, reason)
+        size, mtime_ns, inode = key
+        self.names += name
+        self.names += b"/"
+        self.keys.extend((size, mtime_ns, signed(inode), group))
+
+    def take(self) -> Tuple[bytes, bytes]:
+        """The entries so far as two buffers, which then leave them."""
+        names, keys = bytes(self.names), self.keys.tobytes()
+        self.names, self.keys = bytearray(), array("q")
+        return names, keys
+
+
+def scan(directory_fd: int, index, skipped: Counter) -> Tuple[bytes, bytearray]:
+    """(the names to read, "/"-ended; which of `index`'s entries are
+    unchanged): lists the directory, counting entries that are no regular
+    file in `skipped`; a name `index` (names, keys: Note [The files' index])
+    holds whose key is unchanged (from lstat, no link followed) and that is
+    still a regular file is not to be read. None: every record name is."""
+    names, keys = index if index is not None else (b"", array("q"))
+    unchanged = bytearray(len(keys) // 4)
+    if scan_directory is not None:
+        listed, links, others = scan_directory(directory_fd, names, keys, unchanged)
+        if links:
+            skipped["symbolic link"] += links
+        if others:
+            skipped["not a regular file"] += others
+        return listed, unchanged
+    position = {name: i for i, name in enumerate(names.split(b"/")[:-1])} if names else {}
+    listed = bytearray()
+    # From the start, whoever listed this descriptor before (os.scandir
+    # lists from where its offset is, which it shares).
+    os.lseek(directory_fd, 0, os.SEEK_SET)
+    with os.scandir(directory_fd) as entries:
+        for entry in entries:
+            if not is_record_name(entry.name):
+                continue
+            if entry.is_symlink():
+                skipped["symbolic link"] += 1
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                skipped["not a regular file"] += 1
+                continue
+            encoded = entry.name.encode("utf-8", "surrogateescape")
+            i = position.get(encoded)
+            if i is not None:
+                try:
+                    st = os.lstat(encoded, dir_fd=directory_fd)
+                except OSError:
+                    pass
+                else:
+                    if stat.S_ISREG(st.st_mode) and keys[4 * i : 4 * i + 3] == array(
+                        "q", (st.st_size, st.st_mtime_ns, signed(st.st_ino))
+                    ):
+                        unchanged[i] = 1
+                        continue
+            listed += encoded
+            listed += b"/"
+    return bytes(listed), unchanged
+
+
+def changed_groups_of(
+    names: bytes, keys: array, unchanged: bytearray, reasons: dict, skipped: Counter
+) -> set:
+    """The jobs' groups of the entries that changed or went; the unchanged
+    skipped files counted in `skipped` by their reason. ValueError for a
+    group of no known reason: a cache this reader did not write."""
+    if changed_groups is not None:
+        changed, counts = changed_groups(names, keys, unchanged)
+        for group, n in counts.items():
+            reason = reasons.get(group)
+            if reason is None:
+                raise ValueError("a skipped file's group of no known reason")
+            skipped[reason] += n
+        return changed
+    groups = keys[3::4]
+    changed = {g for g, u in zip(groups, unchanged) if not u and not g & 1}
+    for g, u in zip(groups, unchanged):
+        if u and g & 1:
+            reason = reasons.get(g)
+            if reason is None:
+                raise ValueError("a skipped file's group of no known reason")
+            skipped[reason] += 1
+    return changed
+
+
+def names_of(names: bytes, keys: array, unchanged: bytearray, groups: set) -> bytes:
+    """The unchanged entries' names of `groups`, "/"-ended; those entries
+    become changed (read again)."""
+    if names_in is not None:
+        return names_in(names, keys, unchanged, groups)
+    out = bytearray()
+    for i, (name, g) in enumerate(zip(names.split(b"/"), keys[3::4])):
+        if unchanged[i] and g in groups:
+            unchanged[i] = 0
+            out += name
+            out += b"/"
+    return bytes(out)
+
+
+def unchanged_entries_of(names: bytes, keys: array, unchanged: bytearray) -> Tuple[bytes, bytes]:
+    """The unchanged entries of the index, as two buffers."""
+    if unchanged.count(0) == 0:
+        return names, keys.tobytes()
+    if unchanged_entries is not None:
+        return unchanged_entries(names, keys, unchanged)
+    kept_names = bytearray()
+    kept = array("q")
+    for i, name in enumerate(names.split(b"/")[:-1]):
+        if unchanged[i]:
+            kept_names += name
+            kept_names += b"/"
+            kept.extend(keys[4 * i : 4 * i + 4])
+    return bytes(kept_names), kept.tobytes()

@@ -1,0 +1,443 @@
+// The fleet report's index of record files in compiled code (Note [The
+// files' index] and Note [Reading the files in compiled code],
+// file_index.py): listing the directory and checking each file's key
+// against the index, and the index's bulk operations, over the two buffers
+// the index is (names, each followed by "/"; four int64 per name).
+
+#include "file_index.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace autograd_device_logging_report {
+namespace {
+
+constexpr size_t kFields = 4; // st_size, st_mtime_ns, st_ino, group
+
+// The Python buffers of one call, released however it ends.
+struct Buffers {
+  // Reserved: get() hands out pointers into it.
+  Buffers() {
+    views.reserve(kMostBuffers);
+  }
+  static constexpr size_t kMostBuffers = 3;
+  std::vector<Py_buffer> views;
+  ~Buffers() {
+    for (Py_buffer& view : views) {
+      PyBuffer_Release(&view);
+    }
+  }
+  // The buffer of `object` (writable where asked); nullptr with an
+  // exception set where it has none.
+  Py_buffer* get(PyObject* object, bool writable) {
+    if (views.size() == kMostBuffers) {
+      PyErr_SetString(PyExc_SystemError, "too many buffers");
+      return nullptr;
+    }
+    views.emplace_back();
+    if (PyObject_GetBuffer(
+            object,
+            &views.back(),
+            writable ? PyBUF_WRITABLE | PyBUF_SIMPLE : PyBUF_SIMPLE) != 0) {
+      views.pop_back();
+      return nullptr;
+    }
+    return &views.back();
+  }
+};
+
+// The index's names, each a view into the names buffer.
+std::vector<std::string_view> split_names(const Py_buffer& names) {
+  std::vector<std::string_view> out;
+  const char* p = static_cast<const char*>(names.buf);
+  const char* end = p + names.len;
+  while (p < end) {
+    const char* slash = static_cast<const char*>(memchr(p, '/', end - p));
+    if (slash == nullptr) {
+      break;
+    }
+    out.emplace_back(p, slash - p);
+    p = slash + 1;
+  }
+  return out;
+}
+
+// The index's three buffers, checked against each other.
+struct Index {
+  std::vector<std::string_view> names;
+  const int64_t* keys = nullptr;
+  unsigned char* unchanged = nullptr;
+  size_t size = 0;
+};
+
+bool index_of(
+    Buffers& buffers,
+    PyObject* names_object,
+    PyObject* keys_object,
+    PyObject* unchanged_object,
+    Index* index) {
+  Py_buffer* names = buffers.get(names_object, false);
+  Py_buffer* keys = buffers.get(keys_object, false);
+  Py_buffer* unchanged = buffers.get(unchanged_object, true);
+  if (names == nullptr || keys == nullptr || unchanged == nullptr) {
+    return false;
+  }
+  index->names = split_names(*names);
+  index->size = index->names.size();
+  if (size_t(keys->len) != index->size * kFields * sizeof(int64_t) ||
+      size_t(unchanged->len) != index->size) {
+    PyErr_SetString(
+        PyExc_ValueError,
+        "the index's names, keys and unchanged flags differ in length");
+    return false;
+  }
+  index->keys = static_cast<const int64_t*>(keys->buf);
+  index->unchanged = static_cast<unsigned char*>(unchanged->buf);
+  return true;
+}
+
+bool is_record_name(const char* name, size_t length) {
+  return length >= 5 && name[0] != '.' &&
+      memcmp(name + length - 5, ".json", 5) == 0;
+}
+
+// One listed name: where the index holds it (or -1), and whether its key
+// is unchanged.
+struct Listed {
+  std::string name;
+  int64_t entry;
+  bool unchanged;
+};
+
+// Checks the keys of listed[begin, end) against the index (no interpreter
+// call: runs without the GIL).
+void check_keys(
+    int directory_fd,
+    const Index& index,
+    std::vector<Listed>& listed,
+    size_t begin,
+    size_t end) {
+  for (size_t i = begin; i < end; ++i) {
+    Listed& one = listed[i];
+    if (one.entry < 0) {
+      continue;
+    }
+    struct stat st;
+    if (fstatat(directory_fd, one.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) !=
+            0 ||
+        !S_ISREG(st.st_mode)) {
+      continue;
+    }
+    const int64_t* key = index.keys + size_t(one.entry) * kFields;
+    const int64_t mtime_ns =
+        int64_t(st.st_mtim.tv_sec) * 1000000000LL + int64_t(st.st_mtim.tv_nsec);
+    one.unchanged = key[0] == int64_t(st.st_size) && key[1] == mtime_ns &&
+        key[2] == static_cast<int64_t>(uint64_t(st.st_ino));
+  }
+}
+
+// Files each thread checks at least: fewer are not worth a thread.
+constexpr size_t kFilesPerThread = 20000;
+constexpr size_t kMaxThreads = 16;
+
+enum class Outcome { kDone, kOsError, kNoMemory, kNoThread };
+
+// Lists the directory's record names into `listed`, counting links and
+// other entries that are no regular file; false (errno set) where it cannot
+// be listed. No interpreter call: runs without the GIL.
+bool list_directory(
+    int directory_fd,
+    const std::unordered_map<std::string_view, int64_t>& position,
+    std::vector<Listed>& listed,
+    Py_ssize_t& links,
+    Py_ssize_t& not_regular) {
+  // Its own descriptor: closedir() closes it, never the caller's.
+  const int fd = fcntl(directory_fd, F_DUPFD_CLOEXEC, 0);
+  DIR* dir = fd < 0 ? nullptr : fdopendir(fd);
+  if (dir == nullptr) {
+    if (fd >= 0) {
+      const int error = errno;
+      close(fd);
+      errno = error;
+    }
+    return false;
+  }
+  // From the start, whoever read this descriptor before.
+  rewinddir(dir);
+  while (const struct dirent* entry = readdir(dir)) {
+    const size_t length = strlen(entry->d_name);
+    if (!is_record_name(entry->d_name, length)) {
+      continue;
+    }
+    unsigned char type = entry->d_type;
+    if (type == DT_UNKNOWN) {
+      // What os.scandir's DirEntry does: lstat, and a name that went is no
+      // regular file.
+      struct stat st;
+      if (fstatat(directory_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        type = S_ISLNK(st.st_mode) ? DT_LNK
+            : S_ISREG(st.st_mode)  ? DT_REG
+                                   : DT_UNKNOWN;
+      }
+    }
+    if (type == DT_LNK) {
+      ++links;
+    } else if (type != DT_REG) {
+      ++not_regular;
+    } else {
+      const auto found = position.find(std::string_view(entry->d_name, length));
+      listed.push_back(
+          {std::string(entry->d_name, length),
+           found == position.end() ? -1 : found->second,
+           false});
+    }
+  }
+  closedir(dir);
+  return true;
+}
+
+// Note [The files' index]: a stat per file is most of a re-run's time, and
+// the kernel does it for each thread at once.
+void check_all_keys(
+    int directory_fd,
+    const Index& index,
+    std::vector<Listed>& listed) {
+  const size_t threads = std::max<size_t>(
+      1,
+      std::min<size_t>(
+          {size_t(std::thread::hardware_concurrency()),
+           kMaxThreads,
+           listed.size() / kFilesPerThread}));
+  const size_t share = (listed.size() + threads - 1) / threads;
+  std::vector<std::thread> workers;
+  for (size_t t = 1; t < threads; ++t) {
+    const size_t begin = std::min(listed.size(), t * share);
+    const size_t end = std::min(listed.size(), begin + share);
+    workers.emplace_back(
+        check_keys,
+        directory_fd,
+        std::cref(index),
+        std::ref(listed),
+        begin,
+        end);
+  }
+  check_keys(directory_fd, index, listed, 0, std::min(listed.size(), share));
+  for (std::thread& worker : workers) {
+    worker.join();
+  }
+}
+
+} // namespace
+
+PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) {
+    PyErr_SetString(
+        PyExc_TypeError,
+        "scan_directory(directory_fd, names, keys, unchanged)");
+    return nullptr;
+  }
+  const int directory_fd = PyObject_AsFileDescriptor(args[0]);
+  if (directory_fd < 0) {
+    return nullptr;
+  }
+  Buffers buffers;
+  Index index;
+  if (!index_of(buffers, args[1], args[2], args[3], &index)) {
+    return nullptr;
+  }
+  try {
+    std::unordered_map<std::string_view, int64_t> position;
+    position.reserve(index.size);
+    for (size_t i = 0; i < index.size; ++i) {
+      position.emplace(index.names[i], int64_t(i));
+    }
+    std::vector<Listed> listed;
+    Py_ssize_t links = 0, not_regular = 0;
+    Outcome outcome = Outcome::kDone;
+    int error = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    try {
+      if (!list_directory(directory_fd, position, listed, links, not_regular)) {
+        outcome = Outcome::kOsError;
+        error = errno;
+      } else {
+        check_all_keys(directory_fd, index, listed);
+      }
+    } catch (const std::bad_alloc&) {
+      outcome = Outcome::kNoMemory;
+    } catch (const std::system_error&) {
+      outcome = Outcome::kNoThread;
+    }
+    Py_END_ALLOW_THREADS;
+    if (outcome == Outcome::kNoMemory) {
+      return PyErr_NoMemory();
+    }
+    if (outcome == Outcome::kNoThread) {
+      PyErr_SetString(PyExc_RuntimeError, "could not start a thread");
+      return nullptr;
+    }
+    if (outcome == Outcome::kOsError) {
+      errno = error;
+      return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    std::string out;
+    for (const Listed& one : listed) {
+      if (one.unchanged) {
+        index.unchanged[one.entry] = 1;
+      } else {
+        out += one.name;
+        out += '/';
+      }
+    }
+    return Py_BuildValue(
+        "(y#nn)", out.data(), Py_ssize_t(out.size()), links, not_regular);
+  } catch (const std::bad_alloc&) {
+    // No C++ exception crosses into the interpreter.
+    return PyErr_NoMemory();
+  }
+}
+
+PyObject* changed_groups(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "changed_groups(names, keys, unchanged)");
+    return nullptr;
+  }
+  Buffers buffers;
+  Index index;
+  if (!index_of(buffers, args[0], args[1], args[2], &index)) {
+    return nullptr;
+  }
+  try {
+    std::unordered_set<int64_t> changed;
+    std::unordered_map<int64_t, Py_ssize_t> skipped;
+    for (size_t i = 0; i < index.size; ++i) {
+      const int64_t group = index.keys[i * kFields + 3];
+      if (group & 1) {
+        if (index.unchanged[i]) {
+          ++skipped[group];
+        }
+      } else if (!index.unchanged[i]) {
+        changed.insert(group);
+      }
+    }
+    Ref groups(PySet_New(nullptr));
+    Ref counts(PyDict_New());
+    if (groups.p == nullptr || counts.p == nullptr) {
+      return nullptr;
+    }
+    for (const int64_t group : changed) {
+      const Ref value(PyLong_FromLongLong(group));
+      if (value.p == nullptr || PySet_Add(groups.p, value.p) != 0) {
+        return nullptr;
+      }
+    }
+    for (const auto& [group, count] : skipped) {
+      const Ref key(PyLong_FromLongLong(group));
+      const Ref value(PyLong_FromSsize_t(count));
+      if (key.p == nullptr || value.p == nullptr ||
+          PyDict_SetItem(counts.p, key.p, value.p) != 0) {
+        return nullptr;
+      }
+    }
+    return PyTuple_Pack(2, groups.p, counts.p);
+  } catch (const std::bad_alloc&) {
+    return PyErr_NoMemory();
+  }
+}
+
+PyObject* names_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4 || !PyAnySet_Check(args[3])) {
+    PyErr_SetString(
+        PyExc_TypeError, "names_in(names, keys, unchanged, groups: set)");
+    return nullptr;
+  }
+  Buffers buffers;
+  Index index;
+  if (!index_of(buffers, args[0], args[1], args[2], &index)) {
+    return nullptr;
+  }
+  try {
+    std::unordered_set<int64_t> groups;
+    const Ref items(PyObject_GetIter(args[3]));
+    if (items.p == nullptr) {
+      return nullptr;
+    }
+    while (true) {
+      const Ref item(PyIter_Next(items.p));
+      if (item.p == nullptr) {
+        if (PyErr_Occurred()) {
+          return nullptr;
+        }
+        break;
+      }
+      const long long group = PyLong_AsLongLong(item.p);
+      if (group == -1 && PyErr_Occurred()) {
+        return nullptr;
+      }
+      groups.insert(group);
+    }
+    std::string out;
+    for (size_t i = 0; i < index.size; ++i) {
+      if (index.unchanged[i] && groups.count(index.keys[i * kFields + 3])) {
+        index.unchanged[i] = 0;
+        out.append(index.names[i]);
+        out += '/';
+      }
+    }
+    return PyBytes_FromStringAndSize(out.data(), Py_ssize_t(out.size()));
+  } catch (const std::bad_alloc&) {
+    return PyErr_NoMemory();
+  }
+}
+
+PyObject*
+unchanged_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(
+        PyExc_TypeError, "unchanged_entries(names, keys, unchanged)");
+    return nullptr;
+  }
+  Buffers buffers;
+  Index index;
+  if (!index_of(buffers, args[0], args[1], args[2], &index)) {
+    return nullptr;
+  }
+  try {
+    std::string names;
+    std::vector<int64_t> keys;
+    for (size_t i = 0; i < index.size; ++i) {
+      if (index.unchanged[i]) {
+        names.append(index.names[i]);
+        names += '/';
+        keys.insert(
+            keys.end(),
+            index.keys + i * kFields,
+            index.keys + (i + 1) * kFields);
+      }
+    }
+    return Py_BuildValue(
+        "(y#y#)",
+        names.data(),
+        Py_ssize_t(names.size()),
+        reinterpret_cast<const char*>(keys.data()),
+        Py_ssize_t(keys.size() * sizeof(int64_t)));
+  } catch (const std::bad_alloc&) {
+    return PyErr_NoMemory();
+  }
+}
+
+} // namespace autograd_device_logging_report

@@ -1,0 +1,27 @@
+// The fleet report's index of record files in compiled code: the functions
+// _record_files adds from file_index.cpp (Note [The files' index],
+// file_index.py).
+
+#pragma once
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "python_reference.h"
+
+namespace autograd_device_logging_report {
+
+// scan_directory(directory_fd, names, keys, unchanged) -> (names to read,
+// symbolic links, other entries that are no regular file).
+PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// changed_groups(names, keys, unchanged) -> ({jobs' groups of changed
+// entries}, {skipped files' group: unchanged entries}).
+PyObject* changed_groups(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// names_in(names, keys, unchanged, groups) -> names of the unchanged
+// entries of `groups`, which become changed.
+PyObject* names_in(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// unchanged_entries(names, keys, unchanged) -> (names, keys) of the
+// unchanged entries.
+PyObject* unchanged_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+
+} // namespace autograd_device_logging_report
