@@ -288,13 +288,16 @@ class TestReportCache(TestCase):
         # marshal's format is the interpreter's (Note [The report's cache]):
         # a file written by another is another version's, never loaded.
         cache_module = report.report_cache
-        state = (b"r0.json/", bytes(32), {}, {})
+        state = ([b"r0.json/"], [bytes(32)], {}, {})
         options = (None, None, None, False)
         cache = cache_module.ReportCache(self.dir, self.cache_root)
         cache.save(options, state)
         cache.close()
         again = cache_module.ReportCache(self.dir, self.cache_root)
-        self.assertEqual(again.load(options), state)
+        loaded = again.load(options)
+        self.assertEqual(
+            (loaded[0], bytes(loaded[1]), *loaded[2:]), (b"r0.json/", bytes(32), {}, {})
+        )
         # Each set of options keeps its own.
         self.assertIsNone(again.load((None, None, ["j-1"], False)))
         again.close()
@@ -448,7 +451,7 @@ class TestCompiledFileReading(TestCase):
         state = cache.load((None, None, None, False))
         cache.close()
         self.assertEqual(cache.problems, [], compiled)
-        names, keys = state[0].split(b"/")[:-1], array.array("q", state[1])
+        names, keys = state[0].split(b"/")[:-1], array.array("q", bytes(state[1]))
         entries = sorted(zip(names, (tuple(keys[i : i + 4]) for i in range(0, len(keys), 4))))
         return entries, state[2], state[3]
 

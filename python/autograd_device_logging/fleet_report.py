@@ -231,16 +231,20 @@ class _Readers:
             process.join()
 
 
-def _read(directory, directory_fd, names, workers, totals, read, shown) -> None:
-    """Reads the files `names` ("/"-ended) into `totals`, with `workers`
-    processes where there are enough names to share; the index entries of
-    what was read go into `read` (a list of (names, keys) buffers), when it
-    is not None."""
+def _read(directory, directory_fd, todo: list, workers, totals, read, shown) -> None:
+    """Reads the files todo.pop() names ("/"-ended) into `totals`, with
+    `workers` processes where there are enough names to share; the index
+    entries of what was read go into `read` (a list of (names, keys)
+    buffers), when it is not None. The names are let go as soon as they are
+    shared (a million names are tens of MB)."""
     entries = None if read is None else IndexEntries()
+    names = todo.pop()
     workers = max(1, min(workers, names.count(b"/")))
     shares = shares_of(names, workers)
+    del names
     if workers > 1:
         readers = _Readers(directory, shares[1:], totals, read, shown)
+        del shares[1:]  # the reading processes have their own
         try:
 
             def between(files: int) -> None:
@@ -307,6 +311,8 @@ def summarize_directory(
         if state is not None:
             names, key_bytes, reasons, kept = state
             keys.frombytes(key_bytes)
+            # The file's bytes go with the last view of them.
+            state = key_bytes = None
         listed, unchanged = scan(directory_fd, (names, keys), totals.skipped)
         touched = set()
         # Files skipped as the index says, which the progress counts as
@@ -324,7 +330,9 @@ def summarize_directory(
                 totals.skipped.clear()
                 listed, unchanged = scan(directory_fd, None, totals.skipped)
         read = None if cache is None else []
-        _read(directory, directory_fd, listed, workers, totals, read, shown)
+        todo = [listed]
+        del listed
+        _read(directory, directory_fd, todo, workers, totals, read, shown)
         if names:
             counted = 0
             while True:
@@ -336,7 +344,7 @@ def summarize_directory(
                 again = names_of(names, keys, unchanged, touched)
                 if not again:
                     break
-                _read(directory, directory_fd, again, workers, totals, read, shown)
+                _read(directory, directory_fd, [again], workers, totals, read, shown)
         results = totals.results()
         for job, result in kept.items():
             if job not in results and group_of(job) not in touched:
@@ -352,12 +360,13 @@ def summarize_directory(
                     if g & 1 and g not in reasons:
                         reasons[g] = _reason_of(g, totals.skipped)
             index = unchanged_entries_of(names, keys, unchanged) if names else (b"", b"")
+            del names, keys, unchanged
             cache.save(
                 options,
                 (
-                    index[0] + b"".join(n for n, _ in read),
-                    index[1] + b"".join(k for _, k in read),
-                    {g: r for g, r in reasons.items()},
+                    [index[0], *(n for n, _ in read)],
+                    [index[1], *(k for _, k in read)],
+                    reasons,
                     results,
                 ),
             )

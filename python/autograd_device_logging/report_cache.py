@@ -4,26 +4,26 @@ user's own.
 
 Note [The report's cache]
 ~~~~~~~~~~~~~~~~~~~~~~~~~
-A daily report reads mostly the files it read the day before. So each file's
-part of the report (the Record's fields, or why the file was skipped) is kept
-under the file's key (name, size, modification time in ns, inode), and a
-re-run reads only the files whose key changed: a file rewritten in place
-changes its size or mtime, a file replaced by a rename changes its inode. The
-key is taken before the read (from fstat on the opened file, or lstat when
-the cached part is used), so a file changed while it is read has a new key at
-the next run: the cache can be late by a run, never wrong about a key.
-What is kept is the record's part, not a count: the counts are made anew
-from the parts at every run, so a cached and a fresh report are the same
-report, to the byte, and a file removed simply gives no part.
+A daily report reads mostly the files it read the day before. So the cache
+keeps, per set of options, the files' index (each file's key: name, size,
+modification time in ns, inode; and the job its record counted in, or why
+it was skipped: Note [The files' index], file_index.py) and each job's part
+of the report (Note [A job's part of the report], fleet_totals.py). A re-run
+reads only the jobs whose files changed (Note [A re-run reads the jobs that
+changed], fleet_report.py): a file rewritten in place changes its size or
+mtime, a file replaced by a rename changes its inode. The key is taken
+before the read (from fstat on the opened file, or lstat when it is
+compared), so a file changed while it is read has a new key at the next
+run: the cache can be late by a run, never wrong about a key. A job's part
+is made from its records by the same code whether they were read now or
+before, so a cached and a fresh report are the same report, to the byte.
 
-Files are spread over SHARDS shards by their name's hash
-(record_reader.shard_of); each reading process keeps its shards, and a shard is rewritten
-only when one of its files changed, was added or went. A shard holds a
-header (the cache's format and a hash of the reader's source, so a package
-that reads records differently starts afresh), a CRC of its body, and the
-body (marshal: the parts are plain tuples, dicts and strings; marshal's
-format belongs to the interpreter, so the header names it too). A shard that
-is truncated, corrupt, from another reader or unreadable is ignored with one
+The file holds a header (the cache's format and a hash of the reader's
+source, so a package that reads records differently starts afresh), a CRC
+of its body, and the body: the index's two buffers, then the reasons and
+the jobs' parts in marshal (plain tuples, dicts and strings; marshal's format
+belongs to the interpreter, so the header names it too). A file that is
+truncated, corrupt, from another reader or unreadable is ignored with one
 line on stderr, and rewritten.
 
 The cache lives in the user's cache directory ($XDG_CACHE_HOME, else
@@ -68,10 +68,11 @@ _MAGIC = b"autograd_device_logging fleet report cache\n"
 _INTERPRETER = f"{sys.implementation.cache_tag} marshal {marshal.version}"
 
 # What a report leaves for the next with the same options: the files' index
-# (names, keys: Note [The files' index], record_reader.py), the reasons of
-# the skipped files' groups ({group: reason}) and each job's part ({job:
-# JobResult}, fleet_totals.py).
-State = Tuple[bytes, bytes, Dict[int, str], Dict[str, tuple]]
+# (names, keys: Note [The files' index], file_index.py), the reasons of the
+# skipped files' groups ({group: reason}) and each job's part ({job:
+# JobResult}, fleet_totals.py). save() takes the names and keys as lists
+# of buffers, which the file holds one after the other.
+State = Tuple[object, object, Dict[int, str], Dict[str, tuple]]
 
 
 def default_root() -> str:
@@ -80,7 +81,7 @@ def default_root() -> str:
 
 
 def _reader_tag() -> Optional[bytes]:
-    """The header of this reader's shards; None where its source cannot be
+    """The header of this reader's files; None where its source cannot be
     read (a package without its .py files), which cannot tell one reader
     from another."""
     digest = hashlib.sha256(f"format {FORMAT}\n{_INTERPRETER}\n".encode())
@@ -199,17 +200,20 @@ class ReportCache:
         try:
             if int.from_bytes(data[len(tag) : len(tag) + 4], "little") != zlib.crc32(body):
                 raise ValueError("corrupt")
-            state = marshal.loads(body)
+            names_length = int.from_bytes(body[:8], "little")
+            keys_length = int.from_bytes(body[8:16], "little")
+            end = 16 + names_length + keys_length
+            if end > len(body) or keys_length % 32:
+                raise ValueError("corrupt")
+            rest = marshal.loads(body[end:])
             if (
-                type(state) is not tuple
-                or len(state) != 4
-                or type(state[0]) is not bytes
-                or type(state[1]) is not bytes
-                or len(state[1]) % 32
-                or type(state[2]) is not dict
-                or type(state[3]) is not dict
+                type(rest) is not tuple
+                or len(rest) != 2
+                or type(rest[0]) is not dict
+                or type(rest[1]) is not dict
             ):
                 raise ValueError("corrupt")
+            state = (bytes(body[16 : 16 + names_length]), body[16 + names_length : end], *rest)
         except (ValueError, EOFError, TypeError):
             self._problem(f"{os.path.join(self.folder, name)}: corrupt")
             return None
@@ -222,7 +226,20 @@ class ReportCache:
         if not self._open():
             return
         name = self._name(options)
-        body = marshal.dumps(state)
+        names, keys, reasons, results = state
+        rest = marshal.dumps((reasons, results))
+        # The index's buffers are written as they are, never joined: a
+        # million files' index is tens of MB.
+        pieces = [
+            sum(map(len, names)).to_bytes(8, "little"),
+            sum(map(len, keys)).to_bytes(8, "little"),
+            *names,
+            *keys,
+            rest,
+        ]
+        crc = 0
+        for piece in pieces:
+            crc = zlib.crc32(piece, crc)
         temporary = f".{name}.{os.getpid()}"
         try:
             fd = os.open(
@@ -233,8 +250,9 @@ class ReportCache:
             )
             with open(fd, "wb") as f:
                 f.write(self.tag)
-                f.write(zlib.crc32(body).to_bytes(4, "little"))
-                f.write(body)
+                f.write(crc.to_bytes(4, "little"))
+                for piece in pieces:
+                    f.write(piece)
             os.replace(temporary, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
         except OSError as e:
             self.problems.append(
