@@ -8,6 +8,7 @@ in which the records are read."""
 import array
 import collections
 import contextlib
+import io
 import json
 import marshal
 import os
@@ -43,6 +44,13 @@ def random_record(rng, i):
         ran_backward=rng.random() < 0.9,
         start_time=f"2026-12-0{1 + rng.randrange(3)}T09:00:00Z",
     )
+    if role == "agent":
+        # A few agents, which ranks of any job name as their parent (Note
+        # [An agent joins its workers' job]): a change to one file moves an
+        # agent between jobs.
+        fields.update(pid=500 + rng.randrange(3), start_time="2026-12-01T09:00:00Z")
+    elif role == "rank" and rng.random() < 0.5:
+        fields["parent"] = {"pid": 500 + rng.randrange(3), "start_time": "2026-12-01T09:00:00Z"}
     if role == "rank" and rng.random() < 0.7:
         pairs = [[rng.randrange(900, 1300), 1000] for _ in range(rng.randrange(1, 9))]
         fields["threading_cost"] = {
@@ -101,12 +109,17 @@ class TestReportCache(TestCase):
 
     def reports(self, workers=1):
         """(from the cache, fresh) reports of the directory; the cache met no
-        problem."""
+        problem, and the JSON of each is the same text."""
+        fleet_report = report.fleet_report
         cache = self.cache()
-        cached = report.fleet_report.summarize_directory(self.dir, workers=workers, cache=cache)
+        assembled = fleet_report.assemble_directory(self.dir, workers=workers, cache=cache)
         self.assertEqual(cache.problems, [])
-        fresh = report.fleet_report.summarize_directory(self.dir, workers=workers)
-        return cached, fresh
+        fresh = fleet_report.summarize_directory(self.dir, workers=workers)
+        texts = [io.StringIO(), io.StringIO()]
+        fleet_report.write_json(assembled, texts[0])
+        fleet_report.write_json(fresh, texts[1])
+        self.assertEqual(texts[0].getvalue(), texts[1].getvalue())
+        return assembled.report(), fresh
 
     def run_report(self, *args):
         return subprocess.run(
@@ -123,9 +136,13 @@ class TestReportCache(TestCase):
             self.write(name)
         changes = ("add", "remove", "replace", "in place", "truncate", "junk")
         seen = set()
+        moved, joined = 0, None
         for round in range(12):
             cached, fresh = self.reports(workers=1 + round % 3)
             self.assertEqual(cached, fresh, f"round {round}")
+            now = {j: s["left_out"].get("torchrun agent") for j, s in fresh["jobs"].items()}
+            moved += joined is not None and now != joined
+            joined = now
             self.assertGreater(fresh["jobs"]["(all jobs)"]["processes"], 0)
             for _ in range(self.rng.randrange(1, 6)):
                 change = self.rng.choice(changes)
@@ -151,6 +168,8 @@ class TestReportCache(TestCase):
                 else:
                     self.write(name, text="{not json")
         self.assertEqual(seen, set(changes))
+        # Agents joined other jobs, and some changed jobs on the way.
+        self.assertGreater(moved, 0)
         cached, fresh = self.reports(workers=2)
         self.assertEqual(cached, fresh)
 
@@ -443,7 +462,7 @@ class TestCompiledFileReading(TestCase):
             with self.compiled(compiled):
                 records = list(reader.read_named(fd, b"gone.json/", collections.Counter(), entries))
             self.assertEqual(records, [])
-        self.assertEqual(entries.take(), (b"", b""))
+        self.assertEqual(entries.take(), (b"", b"", {}))
 
     def index_of(self, root, compiled):
         """The state the report's cache under `root` holds."""
@@ -508,7 +527,7 @@ class TestCompiledFileReading(TestCase):
                     entries,
                 )
             )
-        names, key_bytes = entries.take()
+        names, key_bytes, _ = entries.take()
         keys = array.array("q", key_bytes)
         self.assertEqual(len(keys), 4 * names.count(b"/"))
         # Some entries changed: another mtime, or another name.

@@ -77,11 +77,13 @@ def signed(value: int) -> int:
 class IndexEntries:
     """Files' entries (Note [The files' index]) as they are read."""
 
-    __slots__ = ("names", "keys", "_groups")
+    __slots__ = ("names", "keys", "reasons", "_groups")
 
     def __init__(self):
         self.names = bytearray()
         self.keys = array("q")
+        # The skipped files' groups -> their reasons.
+        self.reasons: Dict[int, str] = {}
         # Job or reason -> its group, computed once.
         self._groups: Dict[Tuple[str, bool], int] = {}
 
@@ -89,16 +91,22 @@ class IndexEntries:
         group = self._groups.get((counted_in, reason))
         if group is None:
             group = self._groups[(counted_in, reason)] = group_of(counted_in, reason)
+            if reason:
+                self.reasons[group] = counted_in
         size, mtime_ns, inode = key
         self.names += name
         self.names += b"/"
         self.keys.extend((size, mtime_ns, signed(inode), group))
 
-    def take(self) -> Tuple[bytes, bytes]:
-        """The entries so far as two buffers, which then leave them."""
-        names, keys = bytes(self.names), self.keys.tobytes()
-        self.names, self.keys = bytearray(), array("q")
-        return names, keys
+    def size(self) -> int:
+        return len(self.keys) // 4
+
+    def take(self) -> Tuple[bytes, bytes, Dict[int, str]]:
+        """The entries so far as two buffers, with the reasons of their
+        skipped files' groups; they then leave."""
+        names, keys, reasons = bytes(self.names), self.keys.tobytes(), self.reasons
+        self.names, self.keys, self.reasons = bytearray(), array("q"), {}
+        return names, keys, reasons
 
 
 def scan(directory_fd: int, index, skipped: Counter) -> Tuple[bytes, bytearray]:

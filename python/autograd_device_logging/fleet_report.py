@@ -40,7 +40,7 @@ import queue as queue_module
 import sys
 from array import array
 from collections import Counter
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from .file_index import (
     IndexEntries,
@@ -52,7 +52,7 @@ from .file_index import (
     unchanged_entries_of,
 )
 from .fleet_report_options import make_parser, table_width
-from .fleet_totals import ALL_JOBS, FleetTotals, assemble
+from .fleet_totals import ALL_JOBS, Assembled, FleetTotals, kept_job
 from .record_reader import open_directory, read_named
 from .report_cache import ReportCache, inside
 from .report_text import format_table
@@ -218,7 +218,7 @@ class _Readers:
             elif kind == "part":
                 self.totals.take(marshal.loads(payload))
             elif kind == "entries":
-                self.entries.append(payload)
+                self.entries(*payload)
             elif kind == "done":
                 self.running -= 1
             else:
@@ -231,24 +231,52 @@ class _Readers:
             process.join()
 
 
-def _read(directory, directory_fd, todo: list, workers, totals, read, shown) -> None:
+class _IndexSink:
+    """Where the index entries of the files read go (Note [The cache's
+    file], report_cache.py): into the cache's next file as they come, with
+    the jobs they name (counted again: Note [A re-run reads the jobs that
+    changed]) and the reasons of the files skipped."""
+
+    def __init__(self, writer):
+        self.writer = writer
+        self.touched: set = set()
+        self.reasons: Dict[int, str] = {}
+        self.entries = 0
+
+    def __call__(self, names: bytes, keys: bytes, reasons: Dict[int, str]) -> None:
+        if self.writer is not None:
+            self.writer.add(names, keys)
+        groups = array("q")
+        groups.frombytes(keys)
+        self.entries += len(groups) // 4
+        self.touched.update(g for g in set(groups[3::4]) if not g & 1)
+        self.reasons.update(reasons)
+
+
+def _read(directory, directory_fd, todo: list, workers, totals, sink, shown) -> None:
     """Reads the files todo.pop() names ("/"-ended) into `totals`, with
     `workers` processes where there are enough names to share; the index
-    entries of what was read go into `read` (a list of (names, keys)
-    buffers), when it is not None. The names are let go as soon as they are
-    shared (a million names are tens of MB)."""
-    entries = None if read is None else IndexEntries()
+    entries of what was read go to `sink` (an _IndexSink), when it is not
+    None. The names are let go as soon as they are shared (a million names
+    are tens of MB)."""
+    entries = None if sink is None else IndexEntries()
     names = todo.pop()
     workers = max(1, min(workers, names.count(b"/")))
     shares = shares_of(names, workers)
     del names
+
+    def hand_over(files: int) -> None:
+        shown.update(files)
+        if entries is not None and entries.size() >= HAND_OVER:
+            sink(*entries.take())
+
     if workers > 1:
-        readers = _Readers(directory, shares[1:], totals, read, shown)
+        readers = _Readers(directory, shares[1:], totals, sink, shown)
         del shares[1:]  # the reading processes have their own
         try:
 
             def between(files: int) -> None:
-                shown.update(files)
+                hand_over(files)
                 readers.take(False)
 
             _read_here(directory_fd, shares[0], totals, entries, between)
@@ -256,9 +284,9 @@ def _read(directory, directory_fd, todo: list, workers, totals, read, shown) -> 
         finally:
             readers.close()
     else:
-        _read_here(directory_fd, shares[0], totals, entries, shown.update)
+        _read_here(directory_fd, shares[0], totals, entries, hand_over)
     if entries is not None:
-        read.append(entries.take())
+        sink(*entries.take())
 
 
 # Note [A re-run reads the jobs that changed]
@@ -274,7 +302,14 @@ def _read(directory, directory_fd, todo: list, workers, totals, read, shown) -> 
 # joined another job: that job is then counted again too, until no read
 # file names a job not yet counted. What is read costs as a fresh read;
 # what is kept costs only its key.
-def summarize_directory(
+def summarize_directory(*args, **kwargs) -> dict:
+    """The report of a directory (assemble_directory's arguments), as
+    plain values: {"jobs": {job: summary}, "releases": {torch: counts},
+    "skipped": {reason: n}, "filtered": n}."""
+    return assemble_directory(*args, **kwargs).report()
+
+
+def assemble_directory(
     directory: str,
     since: Optional[str] = None,
     until: Optional[str] = None,
@@ -284,7 +319,7 @@ def summarize_directory(
     by_placement: bool = False,
     cache: Optional[ReportCache] = None,
 ) -> dict:
-    """The report of `directory` (FleetTotals.report), read by `workers`
+    """The report of `directory` (fleet_totals.Assembled), read by `workers`
     processes (Note [Reading a fleet in parallel]); progress on stderr when
     `progress` is true, or None and stderr is a terminal; the threading cost
     per class and placement with `by_placement`; with `cache`, only the jobs
@@ -303,7 +338,7 @@ def summarize_directory(
     # the reading processes, which fork with it off, and back as it was after.
     collecting = gc.isenabled()
     gc.disable()
-    directory_fd = None
+    directory_fd = writer = None
     try:
         state = None if cache is None else cache.load(options)
         directory_fd = open_directory(directory)
@@ -329,49 +364,42 @@ def summarize_directory(
                 kept_skips.clear()
                 totals.skipped.clear()
                 listed, unchanged = scan(directory_fd, None, totals.skipped)
-        read = None if cache is None else []
+        sink = None
+        if cache is not None:
+            sink = _IndexSink(cache.writer(options))
+            writer = sink.writer
         todo = [listed]
         del listed
-        _read(directory, directory_fd, todo, workers, totals, read, shown)
+        _read(directory, directory_fd, todo, workers, totals, sink, shown)
         if names:
-            counted = 0
             while True:
-                for _, key_bytes in read[counted:]:
-                    read_keys = array("q")
-                    read_keys.frombytes(key_bytes)
-                    touched.update(g for g in read_keys[3::4] if not g & 1)
-                counted = len(read)
+                touched |= sink.touched
                 again = names_of(names, keys, unchanged, touched)
                 if not again:
                     break
-                _read(directory, directory_fd, [again], workers, totals, read, shown)
-        results = totals.results()
+                _read(directory, directory_fd, [again], workers, totals, sink, shown)
+        results = {job: kept_job(result) for job, result in totals.results().items()}
         for job, result in kept.items():
             if job not in results and group_of(job) not in touched:
                 results[job] = result
+        assembled = Assembled(results, totals.skipped + kept_skips, totals.wanted)
         # The reading counted the records; the rest is counted here.
         shown.update(unchanged.count(1) + sum(totals.skipped.values()))
-        totals.skipped.update(kept_skips)
-        if cache is not None:
-            for names_read, key_bytes in read:
-                read_keys = array("q")
-                read_keys.frombytes(key_bytes)
-                for g in set(read_keys[3::4]):
-                    if g & 1 and g not in reasons:
-                        reasons[g] = _reason_of(g, totals.skipped)
-            index = unchanged_entries_of(names, keys, unchanged) if names else (b"", b"")
-            del names, keys, unchanged
-            cache.save(
-                options,
-                (
-                    [index[0], *(n for n, _ in read)],
-                    [index[1], *(k for _, k in read)],
-                    reasons,
-                    results,
-                ),
-            )
-        return assemble(results, totals.skipped, totals.wanted)
+        if writer is not None:
+            if names and not sink.entries and unchanged.count(0) == 0:
+                # Nothing changed: the file in place says it all.
+                writer.abandon()
+            else:
+                if names:
+                    writer.add(*unchanged_entries_of(names, keys, unchanged))
+                del names, keys, unchanged
+                reasons.update(sink.reasons)
+                writer.finish(reasons, assembled.kept())
+            writer = None
+        return assembled
     finally:
+        if writer is not None:
+            writer.abandon()
         if directory_fd is not None:
             os.close(directory_fd)
         if collecting:
@@ -381,34 +409,39 @@ def summarize_directory(
             cache.close()
 
 
-def _reason_of(group: int, skipped: Counter) -> str:
-    """The reason whose group is `group`: one of those counted."""
-    for reason in skipped:
-        if group_of(reason, True) == group:
-            return reason
-    raise KeyError(group)
-
-
-def write_json(report: dict, out) -> None:
-    """`report` as JSON on `out`, its keys sorted and each job on a line of
-    its own: a job's summary and each other field come whole from json's
-    encoder (its C one, which does not indent), so the text of a million
-    processes' report is never whole in memory, and writing it takes a
-    fraction of the time of json.dump(indent=...)."""
+def write_json(report, out) -> None:
+    """`report` (a dict, or an Assembled) as JSON on `out`, its keys sorted
+    and each job on a line of its own: a job's summary and each other field
+    come whole from json's encoder (its C one, which does not indent), so
+    the text of a million processes' report is never whole in memory, and
+    writing it takes a fraction of the time of json.dump(indent=...). An
+    Assembled gives each job's line as the cache kept it where its part did
+    not change."""
     encode = json.JSONEncoder(sort_keys=True).encode
-    fields = sorted(report.items())
+    if isinstance(report, Assembled):
+        fields, jobs = dict(report.fields), report.names()
+        line = report.line
+    else:
+        fields = {name: value for name, value in report.items() if name != "jobs"}
+        summaries = report["jobs"]
+        jobs = sorted(summaries)
+
+        def line(job: str) -> str:
+            return encode(summaries[job])
+
+    fields["jobs"] = None
+    names = sorted(fields)
     out.write("{\n")
-    for i, (name, value) in enumerate(fields):
+    for i, name in enumerate(names):
         if name == "jobs":
             out.write(f"  {encode(name)}: {{\n")
-            jobs = sorted(value.items())
-            for j, (job, summary) in enumerate(jobs):
+            for j, job in enumerate(jobs):
                 comma = "," if j + 1 < len(jobs) else ""
-                out.write(f"    {encode(job)}: {encode(summary)}{comma}\n")
+                out.write(f"    {encode(job)}: {line(job)}{comma}\n")
             out.write("  }")
         else:
-            out.write(f"  {encode(name)}: {encode(value)}")
-        out.write(",\n" if i + 1 < len(fields) else "\n")
+            out.write(f"  {encode(name)}: {encode(fields[name])}")
+        out.write(",\n" if i + 1 < len(names) else "\n")
     out.write("}\n")
 
 
@@ -455,7 +488,7 @@ def _main(argv, prog) -> int:
             )
             cache = None
     try:
-        report = summarize_directory(
+        assembled = assemble_directory(
             args.directory,
             args.since,
             args.until,
@@ -474,20 +507,25 @@ def _main(argv, prog) -> int:
             f"{parser.prog}: {cache.problems[0]}" + (f" (and {more} more)" if more else ""),
             file=sys.stderr,
         )
-    if not report["jobs"]:
-        skipped = sum(report["skipped"].values()) + report["filtered"]
+    if not assembled.order:
+        skipped = sum(assembled.fields["skipped"].values()) + assembled.fields["filtered"]
         print(
             f"{parser.prog}: no records to report in {args.directory}"
             + (f" ({skipped} files skipped or filtered out)" if skipped else ""),
             file=sys.stderr,
         )
         return 1
+    # Each job's summary is decoded only for what needs them all.
+    report = None
     if args.json:
-        write_json(report, sys.stdout)
+        write_json(assembled, sys.stdout)
     else:
+        report = assembled.report()
         width = table_width() if args.width is None else (args.width or None)
         print(format_table(report, args.all_jobs, args.top, width))
     sys.stdout.flush()
+    if report is None and (args.prometheus or args.plot):
+        report = assembled.report()
     if args.prometheus:
         from .metric_families import fleet_samples, write_prometheus_file
 

@@ -4,6 +4,8 @@ outlives the call that made it."""
 
 from __future__ import annotations
 
+import json
+import marshal
 import re
 import sys
 from collections import Counter, defaultdict
@@ -454,61 +456,214 @@ class FleetTotals:
         return assemble(self.results(), self.skipped, self.wanted)
 
 
-def assemble(results: Dict[str, JobResult], skipped: Counter, wanted: Optional[set]) -> dict:
+# A job's part as the cache keeps it (Note [A job's part of the report]):
+# JobResult's summary in marshal (decoded only where needed), its release
+# rows, parents, agents and filtered records as in JobResult; its light
+# (light_of: what the row for all jobs adds up); its JSON line, and the
+# agents that joined it when the line was made (-1: none made).
+KeptJob = Tuple[
+    Optional[bytes], Dict[str, List[int]], tuple, tuple, int, Optional[tuple], Optional[str], int
+]
+
+
+def kept_job(result: JobResult) -> KeptJob:
+    """A job's part made now, as the cache keeps it."""
+    summary = result[0]
+    if summary is None:
+        return (None, *result[1:5], None, None, -1)
+    return (marshal.dumps(summary), *result[1:5], light_of(summary), None, -1)
+
+
+def light_of(summary: dict) -> tuple:
+    """What the row for all jobs takes of a job's summary (before any agent
+    joined it), as plain values."""
+    passes, costs = summary["passes_per_class"], summary["threading_cost"]
+    return (
+        summary["processes"],
+        summary["ranks"],
+        tuple(summary["processes_with"].items()),
+        None if passes is None else tuple(passes.items()),
+        summary["processes_counting_passes"],
+        tuple(summary["torch"]),
+        tuple(summary["left_out"].items()),
+        (
+            None
+            if costs is None
+            else tuple(
+                (
+                    c,
+                    v["median_percent"],
+                    v["processes"],
+                    v["ranks"],
+                    v["pairs"],
+                    v["median_difference_ms"],
+                )
+                for c, v in costs.items()
+            )
+        ),
+    )
+
+
+def _with_agents(summary: dict, joined: int) -> dict:
+    """`summary` with `joined` torchrun agents left out (Note [An agent joins
+    its workers' job])."""
+    if not joined:
+        return summary
+    left_out = dict(summary["left_out"])
+    left_out["torchrun agent"] = left_out.get("torchrun agent", 0) + joined
+    return dict(summary, left_out=dict(sorted(left_out.items())))
+
+
+def _encode(value) -> str:
+    return _ENCODE(value)
+
+
+_ENCODE = json.JSONEncoder(sort_keys=True).encode
+_NO_COUNTS: Optional[tuple] = None
+
+
+def _no_counts() -> Tuple[bytes, tuple]:
+    """The summary of a job that counted no process, in marshal, and its
+    light: a job only agents joined."""
+    global _NO_COUNTS
+    if _NO_COUNTS is None:
+        summary = JobTotals().summary({})
+        _NO_COUNTS = (marshal.dumps(summary), light_of(summary))
+    return _NO_COUNTS
+
+
+class Assembled:
     """The report of the jobs' parts (Note [A job's part of the report]) and
-    the files skipped, for --job `wanted` (None: every job)."""
-    parents: Dict[tuple, str] = {}
-    for job, result in results.items():
-        for key in result[2]:
-            known = parents.get(key)
-            if known is None or job < known:
-                parents[key] = job
-    filtered = 0
-    agents: Counter = Counter()
-    for job, result in results.items():
-        filtered += result[4]
-        for key in result[3]:
-            target = parents.get(key, job)
-            if wanted is not None and target not in wanted:
-                filtered += 1
-            else:
-                agents[target] += 1
-    summaries = {}
-    releases: Dict[str, List[int]] = defaultdict(_release_row)
-    for job in sorted(results.keys() | agents.keys()):
-        result = results.get(job)
-        summary = None if result is None else result[0]
-        joined = agents.get(job, 0)
-        if result is not None:
-            for release, row in result[1].items():
+    the files skipped, for --job `wanted` (None: every job): what crosses
+    jobs is decided here, each job's summary is decoded only when asked
+    for, and its JSON line made only when its part or its agents changed."""
+
+    def __init__(self, jobs: Dict[str, KeptJob], skipped: Counter, wanted: Optional[set]):
+        self.jobs = jobs
+        parents: Dict[tuple, str] = {}
+        for job, kept in jobs.items():
+            for key in kept[2]:
+                known = parents.get(key)
+                if known is None or job < known:
+                    parents[key] = job
+        filtered = 0
+        joined: Counter = Counter()
+        for job, kept in jobs.items():
+            filtered += kept[4]
+            for key in kept[3]:
+                target = parents.get(key, job)
+                if wanted is not None and target not in wanted:
+                    filtered += 1
+                else:
+                    joined[target] += 1
+        self.joined = joined
+        releases: Dict[str, List[int]] = defaultdict(_release_row)
+        for kept in jobs.values():
+            for release, row in kept[1].items():
                 releases[release] = [a + b for a, b in zip(releases[release], row)]
-        if summary is None:
-            if not joined:
-                continue
-            summary = JobTotals().summary({})
-        if joined:
-            left_out = dict(summary["left_out"])
-            left_out["torchrun agent"] = left_out.get("torchrun agent", 0) + joined
-            summary = dict(summary, left_out=dict(sorted(left_out.items())))
-        summaries[job] = summary
-    if summaries:
-        everything = _sum_of(list(summaries.values()))
-        everything["threading_cost"] = over_jobs(
-            [s["threading_cost"] for s in summaries.values()], CLASSES
+        # The jobs of the report: those that counted a process or that an
+        # agent joined.
+        self.order = sorted(
+            job
+            for job in jobs.keys() | joined.keys()
+            if joined.get(job) or (job in jobs and jobs[job][0] is not None)
         )
-        summaries[ALL_JOBS] = everything
-    return {
-        "jobs": summaries,
-        "releases": {
-            release: {
-                "processes": row[0],
-                "processes_with": dict(zip(EVENTS.values(), row[1:])),
-            }
-            for release, row in sorted(releases.items())
-        },
-        "skipped": dict(sorted(skipped.items())),
-        "filtered": filtered,
-    }
+        self.everything = self._everything() if self.order else None
+        self.fields = {
+            "releases": {
+                release: {
+                    "processes": row[0],
+                    "processes_with": dict(zip(EVENTS.values(), row[1:])),
+                }
+                for release, row in sorted(releases.items())
+            },
+            "skipped": dict(sorted(skipped.items())),
+            "filtered": filtered,
+        }
+
+    def _counts(self, job: str) -> Tuple[bytes, tuple]:
+        """The job's summary in marshal and its light; a job that counted
+        no process has those of no counts."""
+        kept = self.jobs[job]
+        return _no_counts() if kept[0] is None else (kept[0], kept[5])
+
+    def _everything(self) -> dict:
+        """The row for all jobs, from the jobs' lights."""
+        summaries = []
+        for job in self.order:
+            light = self._counts(job)[1]
+            processes, ranks, processes_with, passes, counting, torch, left_out, costs = light
+            summaries.append(
+                {
+                    "processes": processes,
+                    "ranks": ranks,
+                    "processes_with": dict(processes_with),
+                    "passes_per_class": None if passes is None else dict(passes),
+                    "processes_counting_passes": counting,
+                    "torch": torch,
+                    "left_out": dict(left_out),
+                    "threading_cost": (
+                        None
+                        if costs is None
+                        else {
+                            c: {
+                                "median_percent": median_percent,
+                                "processes": processes_,
+                                "ranks": ranks_,
+                                "pairs": pairs,
+                                "median_difference_ms": difference,
+                            }
+                            for c, median_percent, processes_, ranks_, pairs, difference in costs
+                        }
+                    ),
+                }
+            )
+            joined = self.joined.get(job)
+            if joined:
+                summaries[-1] = _with_agents(summaries[-1], joined)
+        everything = _sum_of(summaries)
+        everything["threading_cost"] = over_jobs([s["threading_cost"] for s in summaries], CLASSES)
+        return everything
+
+    def summary(self, job: str) -> dict:
+        if job == ALL_JOBS:
+            return self.everything
+        return _with_agents(marshal.loads(self._counts(job)[0]), self.joined.get(job, 0))
+
+    def line(self, job: str) -> str:
+        """The job's summary as JSON (sorted keys, one line)."""
+        if job == ALL_JOBS:
+            return _encode(self.everything)
+        kept = self.jobs[job]
+        joined = self.joined.get(job, 0)
+        if kept[6] is not None and kept[7] == joined:
+            return kept[6]
+        line = _encode(self.summary(job))
+        self.jobs[job] = (*kept[:6], line, joined)
+        return line
+
+    def names(self) -> List[str]:
+        """The report's jobs, sorted, the row for all jobs among them."""
+        return sorted(self.order + [ALL_JOBS]) if self.order else []
+
+    def report(self) -> dict:
+        """{"jobs": {job: summary}, "releases": {torch: counts}, "skipped":
+        {reason: n}, "filtered": n}."""
+        jobs = {job: self.summary(job) for job in self.order}
+        if self.order:
+            jobs[ALL_JOBS] = self.everything
+        return {"jobs": jobs, **self.fields}
+
+    def kept(self) -> Dict[str, KeptJob]:
+        """Every job's part, its line made (for the cache)."""
+        for job in self.order:
+            self.line(job)
+        return self.jobs
+
+
+def assemble(results: Dict[str, JobResult], skipped: Counter, wanted: Optional[set]) -> dict:
+    """The report of the jobs' parts made now (Assembled)."""
+    return Assembled({job: kept_job(r) for job, r in results.items()}, skipped, wanted).report()
 
 
 def _kept(name: Optional[str]) -> Optional[str]:

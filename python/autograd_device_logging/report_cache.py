@@ -200,71 +200,145 @@ class ReportCache:
         try:
             if int.from_bytes(data[len(tag) : len(tag) + 4], "little") != zlib.crc32(body):
                 raise ValueError("corrupt")
-            names_length = int.from_bytes(body[:8], "little")
-            keys_length = int.from_bytes(body[8:16], "little")
-            end = 16 + names_length + keys_length
-            if end > len(body) or keys_length % 32:
-                raise ValueError("corrupt")
-            rest = marshal.loads(body[end:])
-            if (
-                type(rest) is not tuple
-                or len(rest) != 2
-                or type(rest[0]) is not dict
-                or type(rest[1]) is not dict
-            ):
-                raise ValueError("corrupt")
-            state = (bytes(body[16 : 16 + names_length]), body[16 + names_length : end], *rest)
+            state = _parsed(body)
         except (ValueError, EOFError, TypeError):
             self._problem(f"{os.path.join(self.folder, name)}: corrupt")
             return None
         return state
 
-    def save(self, options: tuple, state: State) -> None:
-        """Writes what the report with `options` leaves: a file of this
-        process's own, renamed into place, so that a reader sees the old
-        state or the new, never part."""
+    def writer(self, options: tuple) -> Optional["CacheWriter"]:
+        """A writer of what the report with `options` leaves; None where the
+        cache cannot be used (a problem says why)."""
         if not self._open():
-            return
-        name = self._name(options)
-        names, keys, reasons, results = state
-        rest = marshal.dumps((reasons, results))
-        # The index's buffers are written as they are, never joined: a
-        # million files' index is tens of MB.
-        pieces = [
-            sum(map(len, names)).to_bytes(8, "little"),
-            sum(map(len, keys)).to_bytes(8, "little"),
-            *names,
-            *keys,
-            rest,
-        ]
-        crc = 0
-        for piece in pieces:
-            crc = zlib.crc32(piece, crc)
-        temporary = f".{name}.{os.getpid()}"
-        try:
-            fd = os.open(
-                temporary,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=self._fd,
-            )
-            with open(fd, "wb") as f:
-                f.write(self.tag)
-                f.write(crc.to_bytes(4, "little"))
-                for piece in pieces:
-                    f.write(piece)
-            os.replace(temporary, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
-        except OSError as e:
-            self.problems.append(
-                f"could not write the report's cache {os.path.join(self.folder, name)}: "
-                f"{e.strerror or e}"
-            )
-            try:
-                os.unlink(temporary, dir_fd=self._fd)
-            except OSError:
-                pass
+            return None
+        return CacheWriter(self, self._name(options))
+
+    def save(self, options: tuple, state: State) -> None:
+        """Writes `state` (names and keys as lists of buffers) at once."""
+        writer = self.writer(options)
+        if writer is not None:
+            names, keys, reasons, results = state
+            for n, k in zip(names, keys):
+                writer.add(n, k)
+            writer.finish(reasons, results)
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd, self._usable = None, None
+
+
+# Note [The cache's file]
+# ~~~~~~~~~~~~~~~~~~~~~~~~
+# The index of a million files is tens of MB, so it is never held whole while
+# the report reads: each part of it goes into the file as a reading process
+# hands it over (CacheWriter.add), and the file is whole only when renamed
+# into place. After the header and a CRC of the body, the body is: parts of
+# (names length, keys length, names, keys), each length 8 bytes little-endian;
+# then the reasons and the jobs' parts in marshal; then that marshal's
+# offset in the body, 8 bytes.
+def _parsed(body: memoryview) -> State:
+    """The state a file's body holds; ValueError where it is not one."""
+    if len(body) < 8:
+        raise ValueError("corrupt")
+    end = int.from_bytes(body[-8:], "little")
+    if end > len(body) - 8:
+        raise ValueError("corrupt")
+    names, keys = [], []
+    at = 0
+    while at < end:
+        names_length = int.from_bytes(body[at : at + 8], "little")
+        keys_length = int.from_bytes(body[at + 8 : at + 16], "little")
+        at += 16
+        if keys_length % 32 or at + names_length + keys_length > end:
+            raise ValueError("corrupt")
+        names.append(body[at : at + names_length])
+        keys.append(body[at + names_length : at + names_length + keys_length])
+        at += names_length + keys_length
+    if at != end:
+        raise ValueError("corrupt")
+    rest = marshal.loads(body[end:-8])
+    if type(rest) is not tuple or len(rest) != 2 or type(rest[0]) is not dict:
+        raise ValueError("corrupt")
+    if type(rest[1]) is not dict:
+        raise ValueError("corrupt")
+    return b"".join(names), b"".join(keys), rest[0], rest[1]
+
+
+class CacheWriter:
+    """The next state of one cache file (Note [The cache's file]): a file of
+    this process's own, created exclusively and renamed into place by
+    finish(), so that a reader sees the old state or the new, never part."""
+
+    def __init__(self, cache: ReportCache, name: str):
+        self.cache, self.name = cache, name
+        self.temporary = f".{name}.{os.getpid()}"
+        self.crc = 0
+        self.written = 0
+        self.file = None
+        try:
+            fd = os.open(
+                self.temporary,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=cache._fd,
+            )
+            self.file = open(fd, "wb")
+            self.file.write(cache.tag)
+            self.file.write(bytes(4))  # the CRC, once the body is written
+        except OSError as e:
+            self._failed(e)
+
+    def _failed(self, e: OSError) -> None:
+        self.cache.problems.append(
+            f"could not write the report's cache {os.path.join(self.cache.folder, self.name)}: "
+            f"{e.strerror or e}"
+        )
+        self.abandon()
+
+    def _write(self, piece) -> None:
+        self.file.write(piece)
+        self.crc = zlib.crc32(piece, self.crc)
+        self.written += len(piece)
+
+    def add(self, names, keys) -> None:
+        """Adds index entries: names ("/"-ended) and their keys."""
+        if self.file is None:
+            return
+        try:
+            self._write(len(names).to_bytes(8, "little") + len(keys).to_bytes(8, "little"))
+            self._write(names)
+            self._write(keys)
+        except OSError as e:
+            self._failed(e)
+
+    def finish(self, reasons: Dict[int, str], results: Dict[str, tuple]) -> None:
+        """Writes the rest and puts the file in place."""
+        if self.file is None:
+            return
+        try:
+            end = self.written
+            self._write(marshal.dumps((reasons, results)))
+            self._write(end.to_bytes(8, "little"))
+            self.file.seek(len(self.cache.tag))
+            self.file.write(self.crc.to_bytes(4, "little"))
+            self.file.close()
+            self.file = None
+            os.replace(
+                self.temporary, self.name, src_dir_fd=self.cache._fd, dst_dir_fd=self.cache._fd
+            )
+        except OSError as e:
+            self._failed(e)
+
+    def abandon(self) -> None:
+        """Leaves the cache as it was."""
+        if self.file is not None:
+            try:
+                self.file.close()
+            except OSError:
+                pass
+            self.file = None
+        try:
+            os.unlink(self.temporary, dir_fd=self.cache._fd)
+        except OSError:
+            pass
