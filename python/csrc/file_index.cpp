@@ -19,6 +19,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -115,37 +116,93 @@ bool is_record_name(const char* name, size_t length) {
       memcmp(name + length - 5, ".json", 5) == 0;
 }
 
-// One listed name: where the index holds it (or -1), and whether its key
-// is unchanged.
-struct Listed {
-  std::string name;
-  int64_t entry;
-  bool unchanged;
+// Where each of the index's names is: open addressing over a power of two
+// of slots, each the entry's position + 1 (0: empty). A million names take
+// 16 MB, and no allocation per name.
+class NameTable {
+ public:
+  explicit NameTable(const std::vector<std::string_view>& names)
+      : names_(names) {
+    size_t capacity = 16;
+    while (capacity < 2 * names.size()) {
+      capacity *= 2;
+    }
+    slots_.assign(capacity, 0);
+    for (size_t i = 0; i < names.size(); ++i) {
+      size_t slot = hash(names[i]);
+      while (slots_[slot] != 0) {
+        slot = (slot + 1) & (capacity - 1);
+      }
+      slots_[slot] = int64_t(i) + 1;
+    }
+  }
+
+  // The entry of `name`, or -1.
+  int64_t find(std::string_view name) const {
+    size_t slot = hash(name);
+    while (slots_[slot] != 0) {
+      if (names_[size_t(slots_[slot] - 1)] == name) {
+        return slots_[slot] - 1;
+      }
+      slot = (slot + 1) & (slots_.size() - 1);
+    }
+    return -1;
+  }
+
+ private:
+  size_t hash(std::string_view name) const {
+    return std::hash<std::string_view>()(name) & (slots_.size() - 1);
+  }
+
+  const std::vector<std::string_view>& names_;
+  std::vector<int64_t> slots_;
 };
 
-// Checks the keys of listed[begin, end) against the index (no interpreter
-// call: runs without the GIL).
+// The listed names, each ended by a NUL (for fstatat), one after another.
+struct ListedNames {
+  std::string arena;
+  // Per name: where it starts in the arena, its entry in the index (or
+  // -1), and whether its key is unchanged.
+  std::vector<size_t> starts;
+  std::vector<int64_t> entries;
+  std::vector<unsigned char> unchanged;
+
+  void add(const char* name, size_t length, int64_t entry) {
+    starts.push_back(arena.size());
+    arena.append(name, length + 1);
+    entries.push_back(entry);
+    unchanged.push_back(0);
+  }
+  size_t size() const {
+    return starts.size();
+  }
+  const char* name(size_t i) const {
+    return arena.data() + starts[i];
+  }
+};
+
+// Checks the keys of listed names [begin, end) against the index (no
+// interpreter call: runs without the GIL).
 void check_keys(
     int directory_fd,
     const Index& index,
-    std::vector<Listed>& listed,
+    ListedNames& listed,
     size_t begin,
     size_t end) {
   for (size_t i = begin; i < end; ++i) {
-    Listed& one = listed[i];
-    if (one.entry < 0) {
+    const int64_t entry = listed.entries[i];
+    if (entry < 0) {
       continue;
     }
     struct stat st;
-    if (fstatat(directory_fd, one.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) !=
-            0 ||
+    if (fstatat(directory_fd, listed.name(i), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
         !S_ISREG(st.st_mode)) {
       continue;
     }
-    const int64_t* key = index.keys + size_t(one.entry) * kFields;
+    const int64_t* key = index.keys + size_t(entry) * kFields;
     const int64_t mtime_ns =
         int64_t(st.st_mtim.tv_sec) * 1000000000LL + int64_t(st.st_mtim.tv_nsec);
-    one.unchanged = key[0] == int64_t(st.st_size) && key[1] == mtime_ns &&
+    listed.unchanged[i] = key[0] == int64_t(st.st_size) && key[1] == mtime_ns &&
         key[2] == static_cast<int64_t>(uint64_t(st.st_ino));
   }
 }
@@ -161,8 +218,8 @@ enum class Outcome { kDone, kOsError, kNoMemory, kNoThread };
 // be listed. No interpreter call: runs without the GIL.
 bool list_directory(
     int directory_fd,
-    const std::unordered_map<std::string_view, int64_t>& position,
-    std::vector<Listed>& listed,
+    const NameTable& position,
+    ListedNames& listed,
     Py_ssize_t& links,
     Py_ssize_t& not_regular) {
   // Its own descriptor: closedir() closes it, never the caller's.
@@ -199,11 +256,10 @@ bool list_directory(
     } else if (type != DT_REG) {
       ++not_regular;
     } else {
-      const auto found = position.find(std::string_view(entry->d_name, length));
-      listed.push_back(
-          {std::string(entry->d_name, length),
-           found == position.end() ? -1 : found->second,
-           false});
+      listed.add(
+          entry->d_name,
+          length,
+          position.find(std::string_view(entry->d_name, length)));
     }
   }
   closedir(dir);
@@ -212,10 +268,7 @@ bool list_directory(
 
 // Note [The files' index]: a stat per file is most of a re-run's time, and
 // the kernel does it for each thread at once.
-void check_all_keys(
-    int directory_fd,
-    const Index& index,
-    std::vector<Listed>& listed) {
+void check_all_keys(int directory_fd, const Index& index, ListedNames& listed) {
   const size_t threads = std::max<size_t>(
       1,
       std::min<size_t>(
@@ -260,12 +313,8 @@ PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   try {
-    std::unordered_map<std::string_view, int64_t> position;
-    position.reserve(index.size);
-    for (size_t i = 0; i < index.size; ++i) {
-      position.emplace(index.names[i], int64_t(i));
-    }
-    std::vector<Listed> listed;
+    const NameTable position(index.names);
+    ListedNames listed;
     Py_ssize_t links = 0, not_regular = 0;
     Outcome outcome = Outcome::kDone;
     int error = 0;
@@ -295,11 +344,11 @@ PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       return PyErr_SetFromErrno(PyExc_OSError);
     }
     std::string out;
-    for (const Listed& one : listed) {
-      if (one.unchanged) {
-        index.unchanged[one.entry] = 1;
+    for (size_t i = 0; i < listed.size(); ++i) {
+      if (listed.unchanged[i]) {
+        index.unchanged[listed.entries[i]] = 1;
       } else {
-        out += one.name;
+        out.append(listed.name(i));
         out += '/';
       }
     }
