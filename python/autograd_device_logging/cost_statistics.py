@@ -189,24 +189,38 @@ def summaries_of(costs: Dict[str, ClassCost], classes: Sequence[str]) -> Optiona
 def over_jobs(job_summaries: List[dict], classes: Sequence[str]) -> Optional[dict]:
     """Per class, one vote per job: the median of the jobs' estimates, the
     interval over jobs, and the totals."""
-    per_class: Dict[str, List[dict]] = {}
+    per_class: Dict[str, List[tuple]] = {}
     for summary in job_summaries:
-        for device_class, cost in (summary or {}).items():
-            per_class.setdefault(device_class, []).append(cost)
+        for device_class, c in (summary or {}).items():
+            per_class.setdefault(device_class, []).append(
+                (
+                    c["median_percent"],
+                    c["processes"],
+                    c["ranks"],
+                    c["pairs"],
+                    c["median_difference_ms"],
+                )
+            )
+    return over_jobs_of(per_class, classes)
+
+
+def over_jobs_of(per_class: Dict[str, List[tuple]], classes: Sequence[str]) -> Optional[dict]:
+    """over_jobs, of each class's jobs as (median_percent, processes, ranks,
+    pairs, median_difference_ms)."""
     known = [c for c in classes if c in per_class]
     out = {}
     for device_class in known + sorted(set(per_class) - set(known)):
         costs = per_class[device_class]
-        estimates = [c["median_percent"] for c in costs]
+        estimates = [c[0] for c in costs]
         out[device_class] = {
             "median_percent": median(estimates),
             "interval": median_interval(estimates, "jobs"),
             "units": len(estimates),
             "over": "jobs",
-            "processes": sum(c["processes"] for c in costs),
-            "ranks": sum(c["ranks"] for c in costs),
-            "pairs": sum(c["pairs"] for c in costs),
-            "median_difference_ms": median([c["median_difference_ms"] for c in costs]),
+            "processes": sum(c[1] for c in costs),
+            "ranks": sum(c[2] for c in costs),
+            "pairs": sum(c[3] for c in costs),
+            "median_difference_ms": median([c[4] for c in costs]),
         }
     return out or None
 

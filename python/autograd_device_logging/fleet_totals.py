@@ -11,7 +11,7 @@ import sys
 from collections import Counter, defaultdict
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from .cost_statistics import ClassCost, over_jobs, summaries_of
+from .cost_statistics import ClassCost, over_jobs_of, summaries_of
 from .record_fields import (
     CLASSES,
     EVENT_BITS,
@@ -588,42 +588,45 @@ class Assembled:
         return _no_counts() if kept[0] is None else (kept[0], kept[5])
 
     def _everything(self) -> dict:
-        """The row for all jobs, from the jobs' lights."""
-        summaries = []
+        """The row for all jobs: the sums of the jobs' lights, in the
+        jobs' order (a name's place is where it first appears), and the
+        threading cost with one vote per job (cost_statistics.over_jobs)."""
+        processes = ranks = counting = 0
+        processes_with: Dict[str, int] = {}
+        passes: Dict[str, int] = {}
+        no_passes = tuple((c, 0) for c in CLASSES)
+        torch: set = set()
+        left_out: Counter = Counter()
+        per_class: Dict[str, list] = {}
+        joined = self.joined
         for job in self.order:
             light = self._counts(job)[1]
-            processes, ranks, processes_with, passes, counting, torch, left_out, costs = light
-            summaries.append(
-                {
-                    "processes": processes,
-                    "ranks": ranks,
-                    "processes_with": dict(processes_with),
-                    "passes_per_class": None if passes is None else dict(passes),
-                    "processes_counting_passes": counting,
-                    "torch": torch,
-                    "left_out": dict(left_out),
-                    "threading_cost": (
-                        None
-                        if costs is None
-                        else {
-                            c: {
-                                "median_percent": median_percent,
-                                "processes": processes_,
-                                "ranks": ranks_,
-                                "pairs": pairs,
-                                "median_difference_ms": difference,
-                            }
-                            for c, median_percent, processes_, ranks_, pairs, difference in costs
-                        }
-                    ),
-                }
-            )
-            joined = self.joined.get(job)
-            if joined:
-                summaries[-1] = _with_agents(summaries[-1], joined)
-        everything = _sum_of(summaries)
-        everything["threading_cost"] = over_jobs([s["threading_cost"] for s in summaries], CLASSES)
-        return everything
+            processes += light[0]
+            ranks += light[1]
+            for name, n in light[2]:
+                processes_with[name] = processes_with.get(name, 0) + n
+            for name, n in light[3] or no_passes:
+                passes[name] = passes.get(name, 0) + n
+            counting += light[4]
+            torch.update(light[5])
+            for reason, n in light[6]:
+                left_out[reason] += n
+            agents = joined.get(job)
+            if agents:
+                left_out["torchrun agent"] += agents
+            if light[7] is not None:
+                for cost in light[7]:
+                    per_class.setdefault(cost[0], []).append(cost[1:])
+        return {
+            "processes": processes,
+            "ranks": ranks,
+            "processes_with": processes_with,
+            "passes_per_class": passes if counting else None,
+            "processes_counting_passes": counting,
+            "torch": sorted(torch),
+            "left_out": dict(sorted(left_out.items())),
+            "threading_cost": over_jobs_of(per_class, CLASSES),
+        }
 
     def summary(self, job: str) -> dict:
         if job == ALL_JOBS:
@@ -676,33 +679,3 @@ def _kept(name: Optional[str]) -> Optional[str]:
 def _release_row() -> List[int]:
     """A torch release's [processes, with each event]."""
     return [0] * (1 + len(EVENTS))
-
-
-def _sum_of(summaries: List[dict]) -> dict:
-    counting = sum(s["processes_counting_passes"] for s in summaries)
-    left_out: Counter = Counter()
-    for s in summaries:
-        left_out.update(s["left_out"])
-    return {
-        "processes": sum(s["processes"] for s in summaries),
-        "ranks": sum(s["ranks"] for s in summaries),
-        "processes_with": _summed(s["processes_with"] for s in summaries),
-        "passes_per_class": (
-            _summed(s["passes_per_class"] or dict.fromkeys(CLASSES, 0) for s in summaries)
-            if counting
-            else None
-        ),
-        "processes_counting_passes": counting,
-        "torch": sorted({t for s in summaries for t in s["torch"]}),
-        "left_out": dict(sorted(left_out.items())),
-    }
-
-
-def _summed(counts) -> Dict[str, int]:
-    """The sum of dicts of counts, in the order their keys first appear (the
-    known names first, as each dict has them first)."""
-    out: Dict[str, int] = {}
-    for one in counts:
-        for name, n in one.items():
-            out[name] = out.get(name, 0) + n
-    return out
