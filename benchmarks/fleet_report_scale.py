@@ -339,7 +339,10 @@ def profile_warm(directory, cache):
     steps = {
         "loading the cache": cumulative(report_cache.ReportCache.load),
         "listing the directory and comparing keys": cumulative(file_index.scan),
-        "reading and counting the changed jobs' files": cumulative(fleet_report._read),
+        "reading and counting the changed files": cumulative(fleet_report._read),
+        "counting the changed jobs' other records from their parts": cumulative(
+            fleet_report._count_parts
+        ),
         "making the changed jobs' parts": cumulative(
             fleet_totals.FleetTotals.results, fleet_totals.kept_job
         ),

@@ -131,6 +131,12 @@ class TestReportCache(TestCase):
         )
 
     def test_cached_and_fresh_reports_are_equal_under_random_changes(self):
+        # With a batch of one file, two and three processes share even the
+        # few records here, from their files and from their parts.
+        with unittest.mock.patch.object(report.fleet_report, "BATCH", 1):
+            self.random_changes()
+
+    def random_changes(self):
         names = [f"r{i}.json" for i in range(60)]
         for name in names:
             self.write(name)
@@ -170,6 +176,19 @@ class TestReportCache(TestCase):
         self.assertEqual(seen, set(changes))
         # Agents joined other jobs, and some changed jobs on the way.
         self.assertGreater(moved, 0)
+        # Note [A record's part, kept]: every log left is one the index names.
+        (folder,) = os.listdir(self.cache_root)
+        folder = os.path.join(self.cache_root, folder)
+        cache = self.cache()
+        options = (None, None, None, False)
+        names, keys, _, _ = cache.load(options)
+        keys = array.array("q", bytes(keys))
+        named, _ = report.file_index.part_logs_of(names, keys, None)
+        cache.close()
+        prefix = report.report_cache.part_log_name(cache.name_of(options), 0)[:-8]
+        logs = {int(n[len(prefix) :], 16) for n in os.listdir(folder) if n.startswith("parts-")}
+        self.assertTrue(named)
+        self.assertEqual(logs, named)
         cached, fresh = self.reports(workers=2)
         self.assertEqual(cached, fresh)
 
@@ -233,6 +252,39 @@ class TestReportCache(TestCase):
             self.assertEqual(len(lines), 1, f"{how}: {proc.stderr}")
             self.assertIn("ignoring the report's cache", lines[0])
             self.assertIn("rebuilding it", lines[0])
+            # Rebuilt: the next run meets nothing.
+            proc = self.run_report("--json", "--cache-dir", cache_dir)
+            self.assertEqual((proc.stdout, proc.stderr), (fresh, ""), how)
+
+    def test_a_part_log_gone_or_corrupt_is_read_again_with_one_line(self):
+        # Note [A record's part, kept]: a job counted again takes its
+        # unchanged records from the logs; a log that is gone or a part not
+        # as its CRC says makes the report read those files, the same.
+        for i in range(40):
+            self.write(f"r{i}.json")
+        cache_dir = os.path.join(self.tmp.name, "cli-cache")
+        self.assertEqual(self.run_report("--json", "--cache-dir", cache_dir).returncode, 0)
+        (folder,) = [os.path.join(cache_dir, n) for n in os.listdir(cache_dir)]
+        for how in ("flipped", "gone"):
+            self.rewrite_in_place(f"r{3 + len(how)}.json")
+            fresh = self.run_report("--json", "--no-cache").stdout
+            logs = [os.path.join(folder, n) for n in os.listdir(folder) if n.startswith("parts-")]
+            self.assertTrue(logs)
+            for log in logs:
+                if how == "gone":
+                    os.unlink(log)
+                    continue
+                with open(log, "r+b") as f:
+                    data = bytearray(f.read())
+                    for at in range(0, len(data), 97):
+                        data[at] ^= 0x20
+                    f.seek(0)
+                    f.write(data)
+            proc = self.run_report("--json", "--cache-dir", cache_dir)
+            self.assertEqual((proc.returncode, proc.stdout), (0, fresh), how)
+            lines = proc.stderr.splitlines()
+            self.assertEqual(len(lines), 1, f"{how}: {proc.stderr}")
+            self.assertIn("report's cache", lines[0])
             # Rebuilt: the next run meets nothing.
             proc = self.run_report("--json", "--cache-dir", cache_dir)
             self.assertEqual((proc.stdout, proc.stderr), (fresh, ""), how)
@@ -307,7 +359,8 @@ class TestReportCache(TestCase):
         # marshal's format is the interpreter's (Note [The report's cache]):
         # a file written by another is another version's, never loaded.
         cache_module = report.report_cache
-        state = ([b"r0.json/"], [bytes(32)], {}, {})
+        width = 8 * report.file_index.FIELDS
+        state = ([b"r0.json/"], [bytes(width)], {}, {})
         options = (None, None, None, False)
         cache = cache_module.ReportCache(self.dir, self.cache_root)
         cache.save(options, state)
@@ -315,7 +368,7 @@ class TestReportCache(TestCase):
         again = cache_module.ReportCache(self.dir, self.cache_root)
         loaded = again.load(options)
         self.assertEqual(
-            (loaded[0], bytes(loaded[1]), *loaded[2:]), (b"r0.json/", bytes(32), {}, {})
+            (loaded[0], bytes(loaded[1]), *loaded[2:]), (b"r0.json/", bytes(width), {}, {})
         )
         # Each set of options keeps its own.
         self.assertIsNone(again.load((None, None, ["j-1"], False)))
@@ -340,24 +393,35 @@ class TestReportCache(TestCase):
                 self.write(name, record)
         self.reports()
         reader = report.record_reader
-        decoded = []
+        totals = report.fleet_totals.FleetTotals
+        decoded, counted = [], []
 
-        def counting(data):
+        def decoding(data):
             record = decode(data)
             decoded.append(record.job)
             return record
 
-        decode = reader.decode
+        def counting(self, record):
+            counted.append(record.job)
+            return add(self, record)
+
+        decode, add = reader.decode, totals.add
         self.rewrite_in_place("j3-r2.json")  # now in j4
         self.write("j6-r9.json", dict(random_record(self.rng, 0), job="j6", role="other"))
         os.unlink(os.path.join(self.dir, "j1-r0.json"))
-        with unittest.mock.patch.object(reader, "decode", counting):
+        with (
+            unittest.mock.patch.object(reader, "decode", decoding),
+            unittest.mock.patch.object(totals, "add", counting),
+        ):
             cache = self.cache()
             cached = report.fleet_report.summarize_directory(self.dir, cache=cache)
         self.assertEqual(cache.problems, [])
-        # j3 lost a file to j4, j6 gained one, j1 lost one: those four jobs'
-        # files are read (the removed one is gone), no other.
-        self.assertEqual(collections.Counter(decoded), {"j3": 4, "j4": 6, "j6": 6, "j1": 4})
+        # Only the changed files are read; j3 lost a file to j4, j6 gained
+        # one, j1 lost one: those four jobs' records are counted (the
+        # unchanged ones from their parts, Note [A record's part, kept]), no
+        # other's.
+        self.assertEqual(collections.Counter(decoded), {"j4": 1, "j6": 1})
+        self.assertEqual(collections.Counter(counted), {"j3": 4, "j4": 6, "j6": 6, "j1": 4})
         self.assertEqual(cached, report.fleet_report.summarize_directory(self.dir))
 
 
@@ -471,7 +535,18 @@ class TestCompiledFileReading(TestCase):
         cache.close()
         self.assertEqual(cache.problems, [], compiled)
         names, keys = state[0].split(b"/")[:-1], array.array("q", bytes(state[1]))
-        entries = sorted(zip(names, (tuple(keys[i : i + 4]) for i in range(0, len(keys), 4))))
+        # The parts' logs and offsets are each run's own: their CRCs and
+        # lengths are the same.
+        fields = report.file_index.FIELDS
+        entries = sorted(
+            zip(
+                names,
+                (
+                    (*keys[i : i + 4], keys[i + 4] & 0xFFFFFFFF, keys[i + 5] & 0xFFFFFF)
+                    for i in range(0, len(keys), fields)
+                ),
+            )
+        )
         return entries, state[2], state[3]
 
     def test_the_same_index_and_the_same_reuse_under_changes(self):
@@ -529,7 +604,8 @@ class TestCompiledFileReading(TestCase):
             )
         names, key_bytes, _ = entries.take()
         keys = array.array("q", key_bytes)
-        self.assertEqual(len(keys), 4 * names.count(b"/"))
+        fields = report.file_index.FIELDS
+        self.assertEqual(len(keys), fields * names.count(b"/"))
         # Some entries changed: another mtime, or another name.
         keys[1] += 1
         names = names.replace(b"r2.json/", b"r2x.json/", 1)
@@ -544,7 +620,7 @@ class TestCompiledFileReading(TestCase):
                 }
                 counted = collections.Counter()
                 changed = index.changed_groups_of(names, keys, unchanged, reasons, counted)
-                some = set(list(changed)[:1]) | {keys[3 + 4 * 5]}
+                some = set(list(changed)[:1]) | {keys[report.file_index.GROUP + fields * 5]}
                 again_unchanged = bytearray(unchanged)
                 again = index.names_of(names, keys, again_unchanged, some)
                 kept = index.unchanged_entries_of(names, keys, again_unchanged)

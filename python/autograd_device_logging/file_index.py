@@ -9,18 +9,21 @@ import os
 import stat
 from array import array
 from collections import Counter
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 try:
     from ._record_files import (
         changed_groups,
         names_in,
+        part_logs,
         read_files,
         scan_directory,
+        spans_in,
         unchanged_entries,
     )
 except ImportError:  # Note [Reading the files in compiled code]
-    changed_groups = names_in = read_files = scan_directory = unchanged_entries = None
+    changed_groups = names_in = part_logs = read_files = scan_directory = None
+    spans_in = unchanged_entries = None
 
 # A file's key (Note [The report's cache], report_cache.py).
 Key = Tuple[int, int, int]
@@ -45,17 +48,24 @@ def is_record_name(name: str) -> bool:
 # the Python path does it all: the same report. test_report_cache.py
 # (TestCompiledFileReading) holds the two to each other on directories of
 # every kind of entry, cached and not.
+
+
 # Note [The files' index]
 # ~~~~~~~~~~~~~~~~~~~~~~~~
 # What the report's cache knows of each file it read (Note [The report's
-# cache], report_cache.py) is four integers: the file's key (st_size,
-# st_mtime_ns, st_ino) and its group, a 64-bit hash of the job its record
-# counted in (even) or of the reason it was skipped (odd). Names are kept as
-# one bytes object, each followed by a "/" (which no name holds), and the
-# integers as one array, so that a million files load in a fraction of a
-# second and cross between processes as two buffers. A group needs no table:
-# two jobs of one hash only make a re-run read both again, and the parity
-# keeps a job from ever reading as a reason.
+# cache], report_cache.py) is six integers: the file's key (st_size,
+# st_mtime_ns, st_ino); its group, a 64-bit hash of the job its record
+# counted in (even) or of the reason it was skipped (odd); and where its
+# record's part is (Note [A record's part, kept]): the part log's number
+# and the part's CRC-32 in one (0 for none), the part's offset and length in
+# the other. Names are kept as one bytes object, each followed by a "/"
+# (which no name holds), and the integers as one array, so that a million
+# files load in a fraction of a second and cross between processes as two
+# buffers. A group needs no table: two jobs of one hash only make a re-run
+# count both again, and the parity keeps a job from ever reading as a reason.
+SIZE, MTIME, INODE, GROUP, PART_LOG, PART_SPAN = range(6)
+FIELDS = 6
+SPAN_LENGTH_BITS = 24
 GROUP_BYTES = 8
 
 
@@ -87,7 +97,9 @@ class IndexEntries:
         # Job or reason -> its group, computed once.
         self._groups: Dict[Tuple[str, bool], int] = {}
 
-    def add(self, name: bytes, key: Key, counted_in: str, reason: bool) -> None:
+    def add(
+        self, name: bytes, key: Key, counted_in: str, reason: bool, part: Tuple[int, int] = (0, 0)
+    ) -> None:
         group = self._groups.get((counted_in, reason))
         if group is None:
             group = self._groups[(counted_in, reason)] = group_of(counted_in, reason)
@@ -96,10 +108,10 @@ class IndexEntries:
         size, mtime_ns, inode = key
         self.names += name
         self.names += b"/"
-        self.keys.extend((size, mtime_ns, signed(inode), group))
+        self.keys.extend((size, mtime_ns, signed(inode), group, *part))
 
     def size(self) -> int:
-        return len(self.keys) // 4
+        return len(self.keys) // FIELDS
 
     def take(self) -> Tuple[bytes, bytes, Dict[int, str]]:
         """The entries so far as two buffers, with the reasons of their
@@ -116,7 +128,7 @@ def scan(directory_fd: int, index, skipped: Counter) -> Tuple[bytes, bytearray]:
     holds whose key is unchanged (from lstat, no link followed) and that is
     still a regular file is not to be read. None: every record name is."""
     names, keys = index if index is not None else (b"", array("q"))
-    unchanged = bytearray(len(keys) // 4)
+    unchanged = bytearray(len(keys) // FIELDS)
     if scan_directory is not None:
         listed, links, others = scan_directory(directory_fd, names, keys, unchanged)
         if links:
@@ -147,7 +159,7 @@ def scan(directory_fd: int, index, skipped: Counter) -> Tuple[bytes, bytearray]:
                 except OSError:
                     pass
                 else:
-                    if stat.S_ISREG(st.st_mode) and keys[4 * i : 4 * i + 3] == array(
+                    if stat.S_ISREG(st.st_mode) and keys[FIELDS * i : FIELDS * i + 3] == array(
                         "q", (st.st_size, st.st_mtime_ns, signed(st.st_ino))
                     ):
                         unchanged[i] = 1
@@ -171,7 +183,7 @@ def changed_groups_of(
                 raise ValueError("a skipped file's group of no known reason")
             skipped[reason] += n
         return changed
-    groups = keys[3::4]
+    groups = keys[GROUP::FIELDS]
     changed = {g for g, u in zip(groups, unchanged) if not u and not g & 1}
     for g, u in zip(groups, unchanged):
         if u and g & 1:
@@ -188,7 +200,7 @@ def names_of(names: bytes, keys: array, unchanged: bytearray, groups: set) -> by
     if names_in is not None:
         return names_in(names, keys, unchanged, groups)
     out = bytearray()
-    for i, (name, g) in enumerate(zip(names.split(b"/"), keys[3::4])):
+    for i, (name, g) in enumerate(zip(names.split(b"/"), keys[GROUP::FIELDS])):
         if unchanged[i] and g in groups:
             unchanged[i] = 0
             out += name
@@ -208,5 +220,35 @@ def unchanged_entries_of(names: bytes, keys: array, unchanged: bytearray) -> Tup
         if unchanged[i]:
             kept_names += name
             kept_names += b"/"
-            kept.extend(keys[4 * i : 4 * i + 4])
+            kept.extend(keys[FIELDS * i : FIELDS * (i + 1)])
     return bytes(kept_names), kept.tobytes()
+
+
+def spans_of(names: bytes, keys: array, unchanged: bytearray, groups: set) -> array:
+    """The parts' places (log, span: Note [The files' index]) of the
+    unchanged entries of `groups`, as pairs in one array."""
+    out = array("q")
+    if spans_in is not None:
+        out.frombytes(spans_in(names, keys, unchanged, groups))
+        return out
+    for i, g in enumerate(keys[GROUP::FIELDS]):
+        if unchanged[i] and g in groups:
+            out.extend(keys[FIELDS * i + PART_LOG : FIELDS * i + PART_SPAN + 1])
+    return out
+
+
+def part_logs_of(names: bytes, keys: array, unchanged: Optional[bytearray]) -> Tuple[set, int]:
+    """(the logs the unchanged entries' parts are in, the bytes of those
+    parts); None: of every entry."""
+    if unchanged is None:
+        unchanged = bytearray(b"\x01") * (len(keys) // FIELDS)
+    if part_logs is not None:
+        return part_logs(names, keys, unchanged)
+    logs, live = set(), 0
+    mask = (1 << SPAN_LENGTH_BITS) - 1
+    for i, u in enumerate(unchanged):
+        log = keys[FIELDS * i + PART_LOG]
+        if u and log:
+            logs.add((log & ((1 << 64) - 1)) >> 32)
+            live += keys[FIELDS * i + PART_SPAN] & mask
+    return logs, live

@@ -38,23 +38,32 @@ import marshal
 import os
 import queue as queue_module
 import sys
+import time
+import zlib
 from array import array
 from collections import Counter
+from functools import partial
 from typing import Dict, List, Optional
 
 from .file_index import (
+    FIELDS,
+    GROUP,
+    SPAN_LENGTH_BITS,
     IndexEntries,
     changed_groups_of,
     group_of,
     is_record_name,
     names_of,
+    part_logs_of,
     scan,
+    spans_of,
     unchanged_entries_of,
 )
 from .fleet_report_options import make_parser, table_width
 from .fleet_totals import ALL_JOBS, Assembled, FleetTotals, kept_job
+from .record_fields import RecordFields
 from .record_reader import open_directory, read_named
-from .report_cache import ReportCache, inside
+from .report_cache import PartsLog, ReportCache, inside
 from .report_text import format_table
 
 # Files a reading process reads between two reports of its progress.
@@ -92,14 +101,21 @@ class _Progress:
             self.bar.close()
 
 
-def _read_part(directory: str, names: bytes, options, keep: bool, out) -> None:
+def _read_part(directory: str, names: bytes, options, keep: bool, logs, out) -> None:
     """A reading process: counts the records of the files `names` of
     `directory` into totals of its own (Note [Reading a fleet in
     parallel]), saying how many files it read every BATCH, and hands the
-    totals over, with the files' index entries where `keep`."""
+    totals over, with the files' index entries where `keep`, and the
+    records' parts in a log of its own where `logs` (Note [A record's part,
+    kept], report_cache.py)."""
+    parts = None
     try:
         totals = FleetTotals(*options)
         entries = IndexEntries() if keep else None
+        if logs is not None:
+            logs = logs.for_child()
+            parts = logs.own()
+            out.put(("log", parts.log, 0))
         read = 0
 
         def between(files: int) -> None:
@@ -118,13 +134,41 @@ def _read_part(directory: str, names: bytes, options, keep: bool, out) -> None:
 
         directory_fd = open_directory(directory)
         try:
-            _read_here(directory_fd, names, totals, entries, between)
+            _read_here(directory_fd, names, totals, entries, between, parts)
         finally:
             os.close(directory_fd)
+        if parts is not None:
+            parts.close()  # every part in the log before its entries are kept
         hand_over()
         out.put(("done", None, 0))
     except BaseException as e:  # noqa: B036 -- the parent reports it
         out.put(("failed", f"{type(e).__name__}: {e}", 0))
+
+
+class _Logs:
+    """This run's logs of records' parts (Note [A record's part, kept],
+    report_cache.py): each process's own, made at its first use."""
+
+    def __init__(self, cache: ReportCache, cache_name: str):
+        self.cache, self.cache_name = cache, cache_name
+        self.mine: Optional[PartsLog] = None
+        # The logs this run made, every process's.
+        self.made: set = set()
+
+    def own(self) -> PartsLog:
+        if self.mine is None:
+            self.mine = PartsLog(self.cache, self.cache_name)
+            if self.mine.log:
+                self.made.add(self.mine.log)
+        return self.mine
+
+    def for_child(self) -> "_Logs":
+        """The logs of a forked reading process, which makes its own."""
+        return _Logs(self.cache, self.cache_name)
+
+    def close(self) -> None:
+        if self.mine is not None:
+            self.mine.close()
 
 
 # Note [Reading a fleet in parallel]
@@ -150,11 +194,14 @@ def _read_part(directory: str, names: bytes, options, keep: bool, out) -> None:
 # limit: a reading process that dies (killed, out of memory) fails the
 # report with a message instead of leaving it waiting for counts that never
 # come.
-def _read_here(directory_fd: int, names: bytes, totals: FleetTotals, entries, between) -> None:
+def _read_here(
+    directory_fd: int, names: bytes, totals: FleetTotals, entries, between, parts=None
+) -> None:
     """Reads the files `names` into `totals` in this process; `between(files)`
     runs after each BATCH files with how many were read."""
     seen = 0
-    for seen, record in enumerate(read_named(directory_fd, names, totals.skipped, entries), 1):
+    records = read_named(directory_fd, names, totals.skipped, entries, parts)
+    for seen, record in enumerate(records, 1):
         totals.add(record)
         if seen % BATCH == 0:
             between(BATCH)
@@ -178,23 +225,31 @@ def shares_of(names: bytes, workers: int) -> List[bytes]:
 class _Readers:
     """The reading processes, and taking what they hand over."""
 
-    def __init__(self, directory: str, shares, totals: FleetTotals, entries, progress):
+    def __init__(
+        self, directory: str, shares, totals: FleetTotals, entries, logs, progress, target=None
+    ):
+        """A process for each of `shares`: reading its names (_read_part),
+        or `target`(share, options, out) where given."""
         import multiprocessing
 
         methods = multiprocessing.get_all_start_methods()
         # Forking is safe: the report imports neither torch nor the library,
         # and starts no thread before the reading processes.
         context = multiprocessing.get_context("fork" if "fork" in methods else None)
-        self.totals, self.entries, self.progress = totals, entries, progress
+        self.totals, self.entries, self.logs, self.progress = totals, entries, logs, progress
         self.out = context.Queue()
         options = (totals.since, totals.until, totals.wanted, totals.by_placement)
         self.processes = [
             context.Process(
-                target=_read_part,
-                args=(directory, names, options, entries is not None, self.out),
+                target=_read_part if target is None else target,
+                args=(
+                    (directory, share, options, entries is not None, logs, self.out)
+                    if target is None
+                    else (share, options, self.out)
+                ),
                 daemon=True,
             )
-            for names in shares
+            for share in shares
         ]
         self.running = len(self.processes)
         for process in self.processes:
@@ -219,6 +274,9 @@ class _Readers:
                 self.totals.take(marshal.loads(payload))
             elif kind == "entries":
                 self.entries(*payload)
+            elif kind == "log":
+                if payload:
+                    self.logs.made.add(payload)
             elif kind == "done":
                 self.running -= 1
             else:
@@ -248,12 +306,12 @@ class _IndexSink:
             self.writer.add(names, keys)
         groups = array("q")
         groups.frombytes(keys)
-        self.entries += len(groups) // 4
-        self.touched.update(g for g in set(groups[3::4]) if not g & 1)
+        self.entries += len(groups) // FIELDS
+        self.touched.update(g for g in set(groups[GROUP::FIELDS]) if not g & 1)
         self.reasons.update(reasons)
 
 
-def _read(directory, directory_fd, todo: list, workers, totals, sink, shown) -> None:
+def _read(directory, directory_fd, todo: list, workers, totals, sink, shown, logs=None) -> None:
     """Reads the files todo.pop() names ("/"-ended) into `totals`, with
     `workers` processes where there are enough names to share; the index
     entries of what was read go to `sink` (an _IndexSink), when it is not
@@ -261,6 +319,7 @@ def _read(directory, directory_fd, todo: list, workers, totals, sink, shown) -> 
     are tens of MB)."""
     entries = None if sink is None else IndexEntries()
     names = todo.pop()
+    parts = None if logs is None or not names else logs.own()
     workers = max(1, min(workers, names.count(b"/")))
     shares = shares_of(names, workers)
     del names
@@ -271,7 +330,7 @@ def _read(directory, directory_fd, todo: list, workers, totals, sink, shown) -> 
             sink(*entries.take())
 
     if workers > 1:
-        readers = _Readers(directory, shares[1:], totals, sink, shown)
+        readers = _Readers(directory, shares[1:], totals, sink, logs, shown)
         del shares[1:]  # the reading processes have their own
         try:
 
@@ -279,14 +338,111 @@ def _read(directory, directory_fd, todo: list, workers, totals, sink, shown) -> 
                 hand_over(files)
                 readers.take(False)
 
-            _read_here(directory_fd, shares[0], totals, entries, between)
+            _read_here(directory_fd, shares[0], totals, entries, between, parts)
             readers.take(True)
         finally:
             readers.close()
     else:
-        _read_here(directory_fd, shares[0], totals, entries, hand_over)
+        _read_here(directory_fd, shares[0], totals, entries, hand_over, parts)
     if entries is not None:
         sink(*entries.take())
+
+
+def _count_parts(
+    cache, cache_name, names, keys, unchanged, touched, totals, workers, shown
+) -> bool:
+    """Counts the records of the unchanged files of the jobs `touched`
+    from their parts (Note [A record's part, kept], report_cache.py), with
+    `workers` processes where there are enough; False, having counted none,
+    where a part is missing, its log is gone or it is not the part its CRC
+    says."""
+    spans = spans_of(names, keys, unchanged, touched)
+    if not _parts_are_whole(cache, cache_name, spans):
+        return False
+    pairs = len(spans) // 2
+    workers = max(1, min(workers, pairs // BATCH))
+    cut = [2 * (pairs * i // workers) for i in range(workers + 1)]
+    shares = [spans[cut[i] : cut[i + 1]].tobytes() for i in range(workers)]
+    if workers > 1:
+        readers = _Readers(
+            "",
+            shares[1:],
+            totals,
+            None,
+            None,
+            shown,
+            target=partial(_count_part, cache, cache_name),
+        )
+        try:
+            _count_here(cache, cache_name, shares[0], totals)
+            readers.take(True)
+        finally:
+            readers.close()
+    else:
+        _count_here(cache, cache_name, shares[0], totals)
+    return True
+
+
+def _parts_are_whole(cache, cache_name, spans: array) -> bool:
+    """Whether every part of `spans` is in its log, as its CRC says."""
+    logs = {}
+    try:
+        for i in range(0, len(spans), 2):
+            place, span = spans[i], spans[i + 1]
+            if not place:
+                return False
+            log = place >> 32
+            contents = logs.get(log)
+            if contents is None:
+                contents = logs[log] = cache.open_log(cache_name, log)
+                if contents is None:
+                    return False
+            offset, length = span >> SPAN_LENGTH_BITS, span & ((1 << SPAN_LENGTH_BITS) - 1)
+            part = contents[offset : offset + length]
+            if len(part) != length or zlib.crc32(part) != place & 0xFFFFFFFF:
+                return False
+        return True
+    finally:
+        for contents in logs.values():
+            if contents is not None:
+                contents.close()
+
+
+def _count_here(cache, cache_name, spans: bytes, totals: FleetTotals) -> None:
+    """Counts the parts at `spans` (checked whole) into `totals`."""
+    places = array("q")
+    places.frombytes(spans)
+    logs = {}
+    make = RecordFields._make
+    add = totals.add
+    try:
+        for i in range(0, len(places), 2):
+            place, span = places[i], places[i + 1]
+            log = place >> 32
+            contents = logs.get(log)
+            if contents is None:
+                contents = logs[log] = cache.open_log(cache_name, log)
+            offset = span >> SPAN_LENGTH_BITS
+            add(make(marshal.loads(contents[offset : offset + (span & _LENGTH)])))
+    finally:
+        for contents in logs.values():
+            contents.close()
+
+
+_LENGTH = (1 << SPAN_LENGTH_BITS) - 1
+
+
+def _count_part(cache, cache_name, spans: bytes, options, out) -> None:
+    """A counting process: _count_here into totals of its own, handed over
+    (Note [Reading a fleet in parallel])."""
+    try:
+        totals = FleetTotals(*options)
+        _count_here(cache, cache_name, spans, totals)
+        for part in totals.drain():
+            out.put(("part", marshal.dumps(part), 0))
+        out.put(("done", None, 0))
+    except BaseException as e:  # noqa: B036 -- the parent reports it
+        out.put(("failed", f"{type(e).__name__}: {e}", 0))
 
 
 # Note [A re-run reads the jobs that changed]
@@ -340,7 +496,9 @@ def assemble_directory(
     gc.disable()
     directory_fd = writer = None
     try:
+        started = time.time()
         state = None if cache is None else cache.load(options)
+        cache_name = None if cache is None else cache.name_of(options)
         directory_fd = open_directory(directory)
         names, keys, reasons, kept = b"", array("q"), {}, {}
         if state is not None:
@@ -348,6 +506,9 @@ def assemble_directory(
             keys.frombytes(key_bytes)
             # The file's bytes go with the last view of them.
             state = key_bytes = None
+            if not cache.parts_worth_keeping(cache_name, *part_logs_of(names, keys, None)):
+                # Note [A record's part, kept]: read afresh, new logs.
+                names, keys, reasons, kept = b"", array("q"), {}, {}
         listed, unchanged = scan(directory_fd, (names, keys), totals.skipped)
         touched = set()
         # Files skipped as the index says, which the progress counts as
@@ -364,20 +525,30 @@ def assemble_directory(
                 kept_skips.clear()
                 totals.skipped.clear()
                 listed, unchanged = scan(directory_fd, None, totals.skipped)
-        sink = None
+        sink = logs = None
         if cache is not None:
             sink = _IndexSink(cache.writer(options))
             writer = sink.writer
+            if writer is not None:
+                logs = _Logs(cache, cache_name)
         todo = [listed]
         del listed
-        _read(directory, directory_fd, todo, workers, totals, sink, shown)
+        _read(directory, directory_fd, todo, workers, totals, sink, shown, logs)
         if names:
-            while True:
-                touched |= sink.touched
-                again = names_of(names, keys, unchanged, touched)
-                if not again:
-                    break
-                _read(directory, directory_fd, [again], workers, totals, sink, shown)
+            touched |= sink.touched
+            if not _count_parts(
+                cache, cache_name, names, keys, unchanged, touched, totals, workers, shown
+            ):
+                cache.problems.append(
+                    f"ignoring the records' parts in the report's cache {cache.folder}: "
+                    "a log is gone or corrupt; reading those files again"
+                )
+                while True:
+                    touched |= sink.touched
+                    again = names_of(names, keys, unchanged, touched)
+                    if not again:
+                        break
+                    _read(directory, directory_fd, [again], workers, totals, sink, shown, logs)
         results = {job: kept_job(result) for job, result in totals.results().items()}
         for job, result in kept.items():
             if job not in results and group_of(job) not in touched:
@@ -386,15 +557,21 @@ def assemble_directory(
         # The reading counted the records; the rest is counted here.
         shown.update(unchanged.count(1) + sum(totals.skipped.values()))
         if writer is not None:
+            logs.close()
             if names and not sink.entries and unchanged.count(0) == 0:
                 # Nothing changed: the file in place says it all.
                 writer.abandon()
+                cache.remove_logs(cache_name, logs.made, set(), started)
             else:
+                named = logs.made
                 if names:
+                    named = named | part_logs_of(names, keys, unchanged)[0]
                     writer.add(*unchanged_entries_of(names, keys, unchanged))
                 del names, keys, unchanged
                 reasons.update(sink.reasons)
                 writer.finish(reasons, assembled.kept())
+                if not writer.failed:
+                    cache.remove_logs(cache_name, None, named, started)
             writer = None
         return assembled
     finally:

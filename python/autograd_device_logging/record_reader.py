@@ -6,6 +6,7 @@ changed (file_index.py)."""
 from __future__ import annotations
 
 import errno
+import operator
 import os
 import stat
 from collections import Counter
@@ -21,6 +22,10 @@ __all__ = ["is_record_name", "open_directory", "read_named", "read_record", "rea
 # anything far larger is not one.
 MAX_RECORD_BYTES = 1 << 20
 
+
+# A Record's fields as a plain tuple (a record's part: Note [A record's
+# part, kept], report_cache.py).
+as_fields = operator.attrgetter(*Record.__slots__)
 
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
@@ -96,10 +101,13 @@ def read_named(
     names: bytes,
     skipped: Counter,
     entries: Optional[IndexEntries],
+    parts=None,
 ) -> Iterator[Record]:
     """The records of the files `names` ("/"-ended), each file's entry
     added to `entries` (a file that could not be read has none: the next
-    run tries again); what is not a record is counted in `skipped`."""
+    run tries again) with its record's part appended to `parts` (a
+    report_cache.PartsLog, or None); what is not a record is counted in
+    `skipped`."""
     start = 0
     buffer = None if read_files is not None else bytearray(MAX_RECORD_BYTES + 1)
     while start < len(names):
@@ -125,12 +133,14 @@ def read_named(
                     what = "malformed: not JSON"
                 else:
                     if entries is not None:
-                        entries.add(name, key, record.job, False)
+                        part = (0, 0) if parts is None else parts.append(as_fields(record))
+                        entries.add(name, key, record.job, False, part)
                     yield record
                     continue
             elif type(what) is not str:
                 if entries is not None:
-                    entries.add(name, key, what.job, False)
+                    part = (0, 0) if parts is None else parts.append(as_fields(what))
+                    entries.add(name, key, what.job, False, part)
                 yield what
                 continue
             skipped[what] += 1

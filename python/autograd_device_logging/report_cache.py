@@ -43,6 +43,7 @@ import errno
 import hashlib
 import itertools
 import marshal
+import mmap
 import os
 import stat
 import sys
@@ -50,6 +51,7 @@ import zlib
 from typing import Dict, List, Optional, Tuple
 
 from . import settings
+from .file_index import FIELDS, SPAN_LENGTH_BITS
 
 # The layout of the cache's files; a new one starts the cache afresh.
 FORMAT = 2
@@ -169,6 +171,9 @@ class ReportCache:
             pass  # only a note for whoever looks in the folder
         return True
 
+    def name_of(self, options: tuple) -> str:
+        return self._name(options)
+
     def _name(self, options: tuple) -> str:
         """The file of the report made with `options`: each set of options
         keeps its own jobs' parts."""
@@ -206,6 +211,68 @@ class ReportCache:
             self._problem(f"{os.path.join(self.folder, name)}: corrupt")
             return None
         return state
+
+    def open_log(self, cache_name: str, log: int):
+        """The contents of a part log (an mmap, to close), or None where it
+        cannot be read."""
+        try:
+            fd = os.open(
+                part_log_name(cache_name, log),
+                os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                dir_fd=self._fd,
+            )
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or not os.fstat(fd).st_size:
+                return None
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+
+    def parts_worth_keeping(self, cache_name: str, logs: set, live: int) -> bool:
+        """Whether the part logs `logs`, which hold `live` bytes of parts
+        still named, are all there and not mostly parts of files gone
+        (Note [A record's part, kept])."""
+        total = 0
+        for log in logs:
+            try:
+                total += os.stat(
+                    part_log_name(cache_name, log), dir_fd=self._fd, follow_symlinks=False
+                ).st_size
+            except OSError:
+                self._problem(f"{os.path.join(self.folder, part_log_name(cache_name, log))}: gone")
+                return False
+        return total <= 2 * live + (16 << 20)
+
+    def remove_logs(self, cache_name: str, made: Optional[set], named: set, before: float) -> None:
+        """Removes the part logs of `cache_name` that this run made
+        (`made`), or else those no entry names (`named`) older than
+        `before` (a concurrent report's new logs stay)."""
+        prefix = part_log_name(cache_name, 0)[: -len("00000000")]
+        try:
+            entries = os.listdir(self._fd)
+        except OSError:
+            return
+        for name in entries:
+            if not name.startswith(prefix):
+                continue
+            try:
+                log = int(name[len(prefix) :], 16)
+            except ValueError:
+                continue
+            try:
+                if made is not None:
+                    if log in made:
+                        os.unlink(name, dir_fd=self._fd)
+                elif log not in named:
+                    st = os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+                    if st.st_mtime < before:
+                        os.unlink(name, dir_fd=self._fd)
+            except OSError:
+                pass
 
     def writer(self, options: tuple) -> Optional["CacheWriter"]:
         """A writer of what the report with `options` leaves; None where the
@@ -253,7 +320,7 @@ def _parsed(body: memoryview) -> State:
         names_length = int.from_bytes(body[at : at + 8], "little")
         keys_length = int.from_bytes(body[at + 8 : at + 16], "little")
         at += 16
-        if keys_length % 32 or at + names_length + keys_length > end:
+        if keys_length % (8 * FIELDS) or at + names_length + keys_length > end:
             raise ValueError("corrupt")
         names.append(body[at : at + names_length])
         keys.append(body[at + names_length : at + names_length + keys_length])
@@ -291,6 +358,7 @@ class CacheWriter:
         self.crc = 0
         self.written = 0
         self.file = None
+        self.failed = False
         try:
             fd = os.open(
                 self.temporary,
@@ -305,6 +373,7 @@ class CacheWriter:
             self._failed(e)
 
     def _failed(self, e: OSError) -> None:
+        self.failed = True
         self.cache.problems.append(
             f"could not write the report's cache {os.path.join(self.cache.folder, self.name)}: "
             f"{e.strerror or e}"
@@ -370,3 +439,70 @@ class CacheWriter:
             os.unlink(self.temporary, dir_fd=self.cache._fd)
         except OSError:
             pass
+
+
+# Note [A record's part, kept]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A re-run counts again every record of a job whose files changed (Note [A
+# re-run reads the jobs that changed], fleet_report.py); reading and
+# decoding the unchanged ones again costs as much as a fresh read. So each
+# reading process, as it reads, appends each record's part (the Record's
+# fields as a tuple, in marshal) to a part log of its own in the cache's
+# folder, and the file's index entry says where (Note [The files' index],
+# file_index.py), with the part's CRC-32. A re-run then takes an unchanged
+# file's record from its part; a log that is gone or a part whose CRC
+# differs makes it read those files again, with one line. Logs are written
+# as the reading goes, so they cost no memory; a log no entry names is
+# removed at the next save, and when the logs hold more than twice the
+# parts still named (each run leaves the parts of changed files behind),
+# the report reads every file afresh and starts new logs.
+def part_log_name(cache_name: str, log: int) -> str:
+    return f"parts-{cache_name[len('report-'):]}-{log:08x}"
+
+
+class PartsLog:
+    """A reading process's log of records' parts (Note [A record's part,
+    kept]): created exclusively in the cache's folder, appended to."""
+
+    def __init__(self, cache: ReportCache, cache_name: str):
+        self.file = None
+        self.log = 0
+        for _ in range(8):
+            log = int.from_bytes(os.urandom(4), "little") >> 1 or 1
+            name = part_log_name(cache_name, log)
+            try:
+                fd = os.open(
+                    name,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o600,
+                    dir_fd=cache._fd,
+                )
+            except FileExistsError:
+                continue
+            except OSError:
+                return
+            self.file, self.log, self.name = open(fd, "wb", buffering=1 << 20), log, name
+            self.offset = 0
+            return
+
+    def append(self, fields: tuple) -> Tuple[int, int]:
+        """Appends a record's part; where it is (Note [The files' index]),
+        or (0, 0) where it could not be written."""
+        if self.file is None:
+            return (0, 0)
+        part = marshal.dumps(fields)
+        try:
+            self.file.write(part)
+        except OSError:
+            self.close()
+            return (0, 0)
+        offset, self.offset = self.offset, self.offset + len(part)
+        return (self.log << 32 | zlib.crc32(part), offset << SPAN_LENGTH_BITS | len(part))
+
+    def close(self) -> None:
+        if self.file is not None:
+            try:
+                self.file.close()
+            except OSError:
+                pass
+            self.file = None

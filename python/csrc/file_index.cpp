@@ -27,7 +27,13 @@
 namespace autograd_device_logging_report {
 namespace {
 
-constexpr size_t kFields = 4; // st_size, st_mtime_ns, st_ino, group
+// Note [The files' index]: st_size, st_mtime_ns, st_ino, group, the part's
+// log and CRC, the part's offset and length.
+constexpr size_t kFields = 6;
+constexpr size_t kGroup = 3;
+constexpr size_t kPartLog = 4;
+constexpr size_t kPartSpan = 5;
+constexpr int kSpanLengthBits = 24;
 
 // The Python buffers of one call, released however it ends.
 struct Buffers {
@@ -294,6 +300,25 @@ void check_all_keys(int directory_fd, const Index& index, ListedNames& listed) {
   }
 }
 
+// The ints of a Python set; false with an exception set.
+bool groups_of(PyObject* set, std::unordered_set<int64_t>& groups) {
+  const Ref items(PyObject_GetIter(set));
+  if (items.p == nullptr) {
+    return false;
+  }
+  while (true) {
+    const Ref item(PyIter_Next(items.p));
+    if (item.p == nullptr) {
+      return !PyErr_Occurred();
+    }
+    const long long group = PyLong_AsLongLong(item.p);
+    if (group == -1 && PyErr_Occurred()) {
+      return false;
+    }
+    groups.insert(group);
+  }
+}
+
 } // namespace
 
 PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -374,7 +399,7 @@ PyObject* changed_groups(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     std::unordered_set<int64_t> changed;
     std::unordered_map<int64_t, Py_ssize_t> skipped;
     for (size_t i = 0; i < index.size; ++i) {
-      const int64_t group = index.keys[i * kFields + 3];
+      const int64_t group = index.keys[i * kFields + kGroup];
       if (group & 1) {
         if (index.unchanged[i]) {
           ++skipped[group];
@@ -421,27 +446,13 @@ PyObject* names_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   try {
     std::unordered_set<int64_t> groups;
-    const Ref items(PyObject_GetIter(args[3]));
-    if (items.p == nullptr) {
+    if (!groups_of(args[3], groups)) {
       return nullptr;
-    }
-    while (true) {
-      const Ref item(PyIter_Next(items.p));
-      if (item.p == nullptr) {
-        if (PyErr_Occurred()) {
-          return nullptr;
-        }
-        break;
-      }
-      const long long group = PyLong_AsLongLong(item.p);
-      if (group == -1 && PyErr_Occurred()) {
-        return nullptr;
-      }
-      groups.insert(group);
     }
     std::string out;
     for (size_t i = 0; i < index.size; ++i) {
-      if (index.unchanged[i] && groups.count(index.keys[i * kFields + 3])) {
+      if (index.unchanged[i] &&
+          groups.count(index.keys[i * kFields + kGroup])) {
         index.unchanged[i] = 0;
         out.append(index.names[i]);
         out += '/';
@@ -484,6 +495,74 @@ unchanged_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         Py_ssize_t(names.size()),
         reinterpret_cast<const char*>(keys.data()),
         Py_ssize_t(keys.size() * sizeof(int64_t)));
+  } catch (const std::bad_alloc&) {
+    return PyErr_NoMemory();
+  }
+}
+
+PyObject* spans_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4 || !PyAnySet_Check(args[3])) {
+    PyErr_SetString(
+        PyExc_TypeError, "spans_in(names, keys, unchanged, groups: set)");
+    return nullptr;
+  }
+  Buffers buffers;
+  Index index;
+  if (!index_of(buffers, args[0], args[1], args[2], &index)) {
+    return nullptr;
+  }
+  try {
+    std::unordered_set<int64_t> groups;
+    if (!groups_of(args[3], groups)) {
+      return nullptr;
+    }
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < index.size; ++i) {
+      const int64_t* entry = index.keys + i * kFields;
+      if (index.unchanged[i] && groups.count(entry[kGroup])) {
+        out.push_back(entry[kPartLog]);
+        out.push_back(entry[kPartSpan]);
+      }
+    }
+    return PyBytes_FromStringAndSize(
+        reinterpret_cast<const char*>(out.data()),
+        Py_ssize_t(out.size() * sizeof(int64_t)));
+  } catch (const std::bad_alloc&) {
+    return PyErr_NoMemory();
+  }
+}
+
+PyObject* part_logs(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "part_logs(names, keys, unchanged)");
+    return nullptr;
+  }
+  Buffers buffers;
+  Index index;
+  if (!index_of(buffers, args[0], args[1], args[2], &index)) {
+    return nullptr;
+  }
+  try {
+    std::unordered_set<int64_t> logs;
+    long long live = 0;
+    for (size_t i = 0; i < index.size; ++i) {
+      const int64_t* entry = index.keys + i * kFields;
+      if (index.unchanged[i] && entry[kPartLog] != 0) {
+        logs.insert(static_cast<int64_t>(uint64_t(entry[kPartLog]) >> 32));
+        live += entry[kPartSpan] & ((int64_t(1) << kSpanLengthBits) - 1);
+      }
+    }
+    Ref out(PySet_New(nullptr));
+    if (out.p == nullptr) {
+      return nullptr;
+    }
+    for (const int64_t log : logs) {
+      const Ref value(PyLong_FromLongLong(log));
+      if (value.p == nullptr || PySet_Add(out.p, value.p) != 0) {
+        return nullptr;
+      }
+    }
+    return Py_BuildValue("(OL)", out.p, live);
   } catch (const std::bad_alloc&) {
     return PyErr_NoMemory();
   }

@@ -24,4 +24,11 @@ PyObject* names_in(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // unchanged entries.
 PyObject* unchanged_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
+// spans_in(names, keys, unchanged, groups) -> (part log, part span) of
+// each unchanged entry of `groups`, as int64 pairs.
+PyObject* spans_in(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// part_logs(names, keys, unchanged) -> ({logs the unchanged entries' parts
+// are in}, the bytes of those parts).
+PyObject* part_logs(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+
 } // namespace autograd_device_logging_report

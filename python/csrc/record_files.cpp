@@ -226,6 +226,16 @@ PyMethodDef kMethods[] = {
          autograd_device_logging_report::unchanged_entries)),
      METH_FASTCALL,
      "unchanged_entries(names, keys, unchanged) -> (names, keys)"},
+    {"spans_in",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::spans_in)),
+     METH_FASTCALL,
+     "spans_in(names, keys, unchanged, groups) -> bytes"},
+    {"part_logs",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::part_logs)),
+     METH_FASTCALL,
+     "part_logs(names, keys, unchanged) -> (set, int)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {
