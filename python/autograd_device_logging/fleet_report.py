@@ -448,16 +448,18 @@ def _count_part(cache, cache_name, spans: bytes, options, out) -> None:
 # Note [A re-run reads the jobs that changed]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # With the cache, the report lists the directory and compares each file's
-# key with the index (Note [The files' index], record_reader.py): a file
-# whose key is unchanged gave the same part last time. A job's part of the
-# report is made from its records alone (Note [A job's part of the
-# report], fleet_totals.py), so a job none of whose files changed, came or
-# went keeps its part; the others (the groups of the changed entries and of
-# the files read anew) are counted again, from all their files, which are
-# read again. A file read again may have changed since the listing and
-# joined another job: that job is then counted again too, until no read
-# file names a job not yet counted. What is read costs as a fresh read;
-# what is kept costs only its key.
+# key with the index (Note [The files' index], file_index.py): a file whose
+# key is unchanged gave the same part last time. A job's part of the report
+# is made from its records alone (Note [A job's part of the report],
+# fleet_totals.py), so a job none of whose files changed, came or went keeps
+# its part, and its JSON line. The others (the groups of the changed
+# entries and of the files read anew) are counted again: the changed files
+# read, the unchanged ones taken from their records' parts (Note [A
+# record's part, kept], report_cache.py). Where a part cannot be used,
+# those files are read again; a file read again may have changed since the
+# listing and joined another job, which is then counted again too, until no
+# read file names a job not yet counted. So a re-run costs a stat per file,
+# a fresh read per changed file, and a count per record of a changed job.
 def summarize_directory(*args, **kwargs) -> dict:
     """The report of a directory (assemble_directory's arguments), as
     plain values: {"jobs": {job: summary}, "releases": {torch: counts},

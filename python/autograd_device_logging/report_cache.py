@@ -8,9 +8,11 @@ A daily report reads mostly the files it read the day before. So the cache
 keeps, per set of options, the files' index (each file's key: name, size,
 modification time in ns, inode; and the job its record counted in, or why
 it was skipped: Note [The files' index], file_index.py) and each job's part
-of the report (Note [A job's part of the report], fleet_totals.py). A re-run
-reads only the jobs whose files changed (Note [A re-run reads the jobs that
-changed], fleet_report.py): a file rewritten in place changes its size or
+of the report (Note [A job's part of the report], fleet_totals.py), and
+beside it logs of the records' parts (Note [A record's part, kept]). A
+re-run counts again only the jobs whose files changed (Note [A re-run reads
+the jobs that changed], fleet_report.py): a file rewritten in place changes
+its size or
 mtime, a file replaced by a rename changes its inode. The key is taken
 before the read (from fstat on the opened file, or lstat when it is
 compared), so a file changed while it is read has a new key at the next
