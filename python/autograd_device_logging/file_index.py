@@ -87,22 +87,24 @@ def signed(value: int) -> int:
 class IndexEntries:
     """Files' entries (Note [The files' index]) as they are read."""
 
-    __slots__ = ("names", "keys", "reasons", "_groups")
+    __slots__ = ("names", "keys", "reasons", "_jobs", "_reasons")
 
     def __init__(self):
         self.names = bytearray()
         self.keys = array("q")
         # The skipped files' groups -> their reasons.
         self.reasons: Dict[int, str] = {}
-        # Job or reason -> its group, computed once.
-        self._groups: Dict[Tuple[str, bool], int] = {}
+        # Job -> its group, and reason -> its group, each computed once.
+        self._jobs: Dict[str, int] = {}
+        self._reasons: Dict[str, int] = {}
 
     def add(
         self, name: bytes, key: Key, counted_in: str, reason: bool, part: Tuple[int, int] = (0, 0)
     ) -> None:
-        group = self._groups.get((counted_in, reason))
+        groups = self._reasons if reason else self._jobs
+        group = groups.get(counted_in)
         if group is None:
-            group = self._groups[(counted_in, reason)] = group_of(counted_in, reason)
+            group = groups[counted_in] = group_of(counted_in, reason)
             if reason:
                 self.reasons[group] = counted_in
         size, mtime_ns, inode = key
@@ -118,6 +120,10 @@ class IndexEntries:
         skipped files' groups; they then leave."""
         names, keys, reasons = bytes(self.names), self.keys.tobytes(), self.reasons
         self.names, self.keys, self.reasons = bytearray(), array("q"), {}
+        # The groups of the jobs met since the last take: a reading process
+        # meets most jobs, and keeping them all would cost memory.
+        self._jobs.clear()
+        self._reasons.clear()
         return names, keys, reasons
 
 

@@ -62,7 +62,7 @@ from .file_index import (
 from .fleet_report_options import make_parser, table_width
 from .fleet_totals import ALL_JOBS, Assembled, FleetTotals, kept_job
 from .record_fields import RecordFields
-from .record_reader import open_directory, read_named
+from .record_reader import CHUNK, chunks_of, open_directory, read_named
 from .report_cache import PartsLog, ReportCache, inside
 from .report_text import format_table
 
@@ -208,18 +208,12 @@ def _read_here(
     between(seen % BATCH)
 
 
-def shares_of(names: bytes, workers: int) -> List[bytes]:
-    """`names` ("/"-ended) as `workers` shares of about as many bytes, each
-    "/"-ended, this process's first."""
-    shares, start = [], 0
-    for i in range(1, workers + 1):
-        end = len(names) if i == workers else len(names) * i // workers
-        if 0 < end < len(names):
-            end = names.index(b"/", end - 1) + 1
-        end = max(end, start)
-        shares.append(names[start:end])
-        start = end
-    return shares
+def shares_of(names: bytes, workers: int) -> List[List[bytes]]:
+    """`names` ("/"-ended) as `workers` shares of chunks (chunks_of), this
+    process's first: each process lets its chunks go as it reads them."""
+    count = names.count(b"/")
+    chunks = chunks_of(names, max(1, min(CHUNK, -(-count // workers))))
+    return [chunks[i::workers] for i in range(workers)]
 
 
 class _Readers:
@@ -295,8 +289,10 @@ class _IndexSink:
     the jobs they name (counted again: Note [A re-run reads the jobs that
     changed]) and the reasons of the files skipped."""
 
-    def __init__(self, writer):
+    def __init__(self, writer, tracking: bool):
         self.writer = writer
+        # Only a re-run asks which jobs were read.
+        self.tracking = tracking
         self.touched: set = set()
         self.reasons: Dict[int, str] = {}
         self.entries = 0
@@ -304,10 +300,11 @@ class _IndexSink:
     def __call__(self, names: bytes, keys: bytes, reasons: Dict[int, str]) -> None:
         if self.writer is not None:
             self.writer.add(names, keys)
-        groups = array("q")
-        groups.frombytes(keys)
-        self.entries += len(groups) // FIELDS
-        self.touched.update(g for g in set(groups[GROUP::FIELDS]) if not g & 1)
+        self.entries += len(keys) // (8 * FIELDS)
+        if self.tracking:
+            groups = array("q")
+            groups.frombytes(keys)
+            self.touched.update(g for g in set(groups[GROUP::FIELDS]) if not g & 1)
         self.reasons.update(reasons)
 
 
@@ -529,7 +526,7 @@ def assemble_directory(
                 listed, unchanged = scan(directory_fd, None, totals.skipped)
         sink = logs = None
         if cache is not None:
-            sink = _IndexSink(cache.writer(options))
+            sink = _IndexSink(cache.writer(options), bool(names))
             writer = sink.writer
             if writer is not None:
                 logs = _Logs(cache, cache_name)

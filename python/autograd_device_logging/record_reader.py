@@ -10,7 +10,7 @@ import operator
 import os
 import stat
 from collections import Counter
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from .file_index import IndexEntries, Key, is_record_name, read_files, scan
 from .record_decoder import decode
@@ -93,31 +93,42 @@ def open_directory(directory: str) -> int:
 CHUNK = 1000
 
 
+def chunks_of(names: bytes, size: int = CHUNK) -> List[bytes]:
+    """`names` ("/"-ended) as chunks of at most `size` names, each "/"-ended."""
+    chunks, start = [], 0
+    while start < len(names):
+        end = start
+        for _ in range(size):
+            end = names.index(b"/", end) + 1
+            if end == len(names):
+                break
+        chunks.append(names[start:end])
+        start = end
+    return chunks
+
+
 # Note [Reading the files in compiled code], file_index.py: read_files reads
 # CHUNK files a call where the package was built; read_record, one at a
 # time, where it was not.
 def read_named(
     directory_fd: int,
-    names: bytes,
+    names,
     skipped: Counter,
     entries: Optional[IndexEntries],
     parts=None,
 ) -> Iterator[Record]:
-    """The records of the files `names` ("/"-ended), each file's entry
-    added to `entries` (a file that could not be read has none: the next
-    run tries again) with its record's part appended to `parts` (a
-    report_cache.PartsLog, or None); what is not a record is counted in
-    `skipped`."""
-    start = 0
+    """The records of the files `names` names: "/"-ended names, as one
+    bytes object or as a list of them (chunks_of), which it empties as it
+    reads, so that the names read are let go (a million names are tens of
+    MB). Each file's entry is added to `entries` (a file that could not be
+    read has none: the next run tries again) with its record's part
+    appended to `parts` (a report_cache.PartsLog, or None); what is not a
+    record is counted in `skipped`."""
+    chunks = chunks_of(names) if isinstance(names, bytes) else names
+    chunks.reverse()
     buffer = None if read_files is not None else bytearray(MAX_RECORD_BYTES + 1)
-    while start < len(names):
-        end = start
-        for _ in range(CHUNK):
-            end = names.index(b"/", end) + 1
-            if end == len(names):
-                break
-        chunk = names[start : end - 1].split(b"/")
-        start = end
+    while chunks:
+        chunk = chunks.pop()[:-1].split(b"/")
         if buffer is None:
             outcomes = read_files(directory_fd, chunk, None, MAX_RECORD_BYTES)[0]
         else:

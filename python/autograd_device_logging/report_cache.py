@@ -484,6 +484,7 @@ class PartsLog:
             except OSError:
                 return
             self.file, self.log, self.name = open(fd, "wb", buffering=1 << 20), log, name
+            self.cache = cache
             self.offset = 0
             return
 
@@ -502,9 +503,15 @@ class PartsLog:
         return (self.log << 32 | zlib.crc32(part), offset << SPAN_LENGTH_BITS | len(part))
 
     def close(self) -> None:
+        """Closes the log; one that holds no part goes (no entry names it)."""
         if self.file is not None:
             try:
                 self.file.close()
             except OSError:
                 pass
             self.file = None
+            if not self.offset:
+                try:
+                    os.unlink(self.name, dir_fd=self.cache._fd)
+                except OSError:
+                    pass
