@@ -392,6 +392,31 @@ bool groups_of(PyObject* set, std::unordered_set<int64_t>& groups) {
   }
 }
 
+// The arguments of the index's bulk operations: (names, keys, unchanged),
+// then a set of groups where `groups` is given; false with an exception set.
+bool index_arguments(
+    PyObject* const* args,
+    Py_ssize_t nargs,
+    const char* usage,
+    Buffers& buffers,
+    Index* index,
+    std::unordered_set<int64_t>* groups) {
+  if (nargs != (groups == nullptr ? 3 : 4) ||
+      (groups != nullptr && !PyAnySet_Check(args[3]))) {
+    PyErr_SetString(PyExc_TypeError, usage);
+    return false;
+  }
+  if (!index_of(buffers, args[0], args[1], args[2], index)) {
+    return false;
+  }
+  try {
+    return groups == nullptr || groups_of(args[3], *groups);
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+    return false;
+  }
+}
+
 } // namespace
 
 PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -472,13 +497,15 @@ PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* changed_groups(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3) {
-    PyErr_SetString(PyExc_TypeError, "changed_groups(names, keys, unchanged)");
-    return nullptr;
-  }
   Buffers buffers;
   Index index;
-  if (!index_of(buffers, args[0], args[1], args[2], &index)) {
+  if (!index_arguments(
+          args,
+          nargs,
+          "changed_groups(names, keys, unchanged)",
+          buffers,
+          &index,
+          nullptr)) {
     return nullptr;
   }
   try {
@@ -520,21 +547,19 @@ PyObject* changed_groups(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* names_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4 || !PyAnySet_Check(args[3])) {
-    PyErr_SetString(
-        PyExc_TypeError, "names_in(names, keys, unchanged, groups: set)");
-    return nullptr;
-  }
   Buffers buffers;
   Index index;
-  if (!index_of(buffers, args[0], args[1], args[2], &index)) {
+  std::unordered_set<int64_t> groups;
+  if (!index_arguments(
+          args,
+          nargs,
+          "names_in(names, keys, unchanged, groups: set)",
+          buffers,
+          &index,
+          &groups)) {
     return nullptr;
   }
   try {
-    std::unordered_set<int64_t> groups;
-    if (!groups_of(args[3], groups)) {
-      return nullptr;
-    }
     std::string out;
     for (size_t i = 0; i < index.size; ++i) {
       if (index.unchanged[i] &&
@@ -552,14 +577,15 @@ PyObject* names_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 PyObject*
 unchanged_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3) {
-    PyErr_SetString(
-        PyExc_TypeError, "unchanged_entries(names, keys, unchanged)");
-    return nullptr;
-  }
   Buffers buffers;
   Index index;
-  if (!index_of(buffers, args[0], args[1], args[2], &index)) {
+  if (!index_arguments(
+          args,
+          nargs,
+          "unchanged_entries(names, keys, unchanged)",
+          buffers,
+          &index,
+          nullptr)) {
     return nullptr;
   }
   try {
@@ -587,21 +613,19 @@ unchanged_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* spans_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4 || !PyAnySet_Check(args[3])) {
-    PyErr_SetString(
-        PyExc_TypeError, "spans_in(names, keys, unchanged, groups: set)");
-    return nullptr;
-  }
   Buffers buffers;
   Index index;
-  if (!index_of(buffers, args[0], args[1], args[2], &index)) {
+  std::unordered_set<int64_t> groups;
+  if (!index_arguments(
+          args,
+          nargs,
+          "spans_in(names, keys, unchanged, groups: set)",
+          buffers,
+          &index,
+          &groups)) {
     return nullptr;
   }
   try {
-    std::unordered_set<int64_t> groups;
-    if (!groups_of(args[3], groups)) {
-      return nullptr;
-    }
     std::vector<int64_t> out;
     for (size_t i = 0; i < index.size; ++i) {
       const int64_t* entry = index.keys + i * kFields;
@@ -619,13 +643,15 @@ PyObject* spans_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* part_logs(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3) {
-    PyErr_SetString(PyExc_TypeError, "part_logs(names, keys, unchanged)");
-    return nullptr;
-  }
   Buffers buffers;
   Index index;
-  if (!index_of(buffers, args[0], args[1], args[2], &index)) {
+  if (!index_arguments(
+          args,
+          nargs,
+          "part_logs(names, keys, unchanged)",
+          buffers,
+          &index,
+          nullptr)) {
     return nullptr;
   }
   try {
