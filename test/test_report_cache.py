@@ -593,6 +593,16 @@ class TestCompiledFileReading(TestCase):
         fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
         self.addCleanup(os.close, fd)
         entries = index.IndexEntries()
+
+        class Parts:
+            # Each record's part at a place of its own, in three logs.
+            appended = 0
+
+            def append(self, fields):
+                self.appended += 1
+                log = 1 + self.appended % 3
+                return (log << 32 | self.appended, (100 - self.appended) << 24 | 9)
+
         with self.compiled(True):
             list(
                 report.record_reader.read_named(
@@ -600,6 +610,7 @@ class TestCompiledFileReading(TestCase):
                     index.scan(fd, None, collections.Counter())[0],
                     collections.Counter(),
                     entries,
+                    Parts(),
                 )
             )
         names, key_bytes, _ = entries.take()
@@ -624,6 +635,11 @@ class TestCompiledFileReading(TestCase):
                 again_unchanged = bytearray(unchanged)
                 again = index.names_of(names, keys, again_unchanged, some)
                 kept = index.unchanged_entries_of(names, keys, again_unchanged)
+                shuffled = index.spans_of(names, keys, again_unchanged, None)
+                triples = [tuple(shuffled[i : i + 3]) for i in range(0, len(shuffled), 3)]
+                random.Random(0).shuffle(triples)
+                shuffled = array.array("q", [v for triple in triples for v in triple])
+                index.group_ordered(shuffled)
                 outcomes[compiled] = (
                     sorted(listed.split(b"/")),
                     bytes(unchanged),
@@ -633,8 +649,27 @@ class TestCompiledFileReading(TestCase):
                     again,
                     bytes(again_unchanged),
                     kept,
+                    index.spans_of(names, keys, again_unchanged, changed | some),
+                    index.spans_of(names, keys, again_unchanged, None),
+                    shuffled,
+                    index.part_logs_of(names, keys, again_unchanged),
                 )
         self.assertEqual(outcomes[True], outcomes[False])
+        # The parts of every job's entries, in group order, then by place.
+        spans, every, shuffled = outcomes[True][-4:-1]
+        self.assertEqual(shuffled, every)
+        triples = [tuple(every[i : i + 3]) for i in range(0, len(every), 3)]
+        self.assertEqual(triples, sorted(triples))
+        groups = keys[report.file_index.GROUP :: fields]
+        jobs = [i for i, g in enumerate(groups) if again_unchanged[i] and g % 2 == 0]
+        self.assertGreater(len(jobs), 5)
+        self.assertEqual(
+            sorted(triples),
+            sorted(tuple(keys[fields * i + 3 : fields * i + 6]) for i in jobs),
+        )
+        some_triples = [tuple(spans[i : i + 3]) for i in range(0, len(spans), 3)]
+        self.assertTrue(some_triples)
+        self.assertEqual(some_triples, [t for t in triples if t[0] in changed | some])
         listed, unchanged = outcomes[True][:2]
         self.assertIn(b"r2.json", listed)
         self.assertEqual(unchanged.count(0), 2)

@@ -14,6 +14,7 @@ from typing import Dict, Optional, Tuple
 try:
     from ._record_files import (
         changed_groups,
+        in_group_order,
         names_in,
         part_logs,
         read_files,
@@ -23,7 +24,7 @@ try:
     )
 except ImportError:  # Note [Reading the files in compiled code]
     changed_groups = names_in = part_logs = read_files = scan_directory = None
-    spans_in = unchanged_entries = None
+    in_group_order = spans_in = unchanged_entries = None
 
 # A file's key (Note [The report's cache], report_cache.py).
 Key = Tuple[int, int, int]
@@ -230,17 +231,30 @@ def unchanged_entries_of(names: bytes, keys: array, unchanged: bytearray) -> Tup
     return bytes(kept_names), kept.tobytes()
 
 
-def spans_of(names: bytes, keys: array, unchanged: bytearray, groups: set) -> array:
-    """The parts' places (log, span: Note [The files' index]) of the
-    unchanged entries of `groups`, as pairs in one array."""
+def spans_of(names: bytes, keys: array, unchanged: bytearray, groups: Optional[set]) -> array:
+    """The parts of the unchanged entries of `groups` (None: of every
+    job) as (group, log, span) triples (Note [The files' index]) in one
+    array, in group order (group_ordered)."""
     out = array("q")
     if spans_in is not None:
         out.frombytes(spans_in(names, keys, unchanged, groups))
         return out
     for i, g in enumerate(keys[GROUP::FIELDS]):
-        if unchanged[i] and g in groups:
-            out.extend(keys[FIELDS * i + PART_LOG : FIELDS * i + PART_SPAN + 1])
+        if unchanged[i] and (not g & 1 if groups is None else g in groups):
+            out.extend(keys[FIELDS * i + GROUP : FIELDS * i + PART_SPAN + 1])
+    group_ordered(out)
     return out
+
+
+def group_ordered(spans: array) -> None:
+    """Puts (group, log, span) triples in order, in place: by group, then
+    by place (Note [Counting from the parts, job by job],
+    fleet_report.py)."""
+    if in_group_order is not None:
+        in_group_order(spans)
+        return
+    ordered = sorted(zip(spans[0::3], spans[1::3], spans[2::3]))
+    spans[:] = array("q", (value for triple in ordered for value in triple))
 
 
 def part_logs_of(names: bytes, keys: array, unchanged: Optional[bytearray]) -> Tuple[set, int]:

@@ -252,7 +252,9 @@ class JobTotals:
 # A job's part of the report, made from its records alone (FleetTotals.
 # results): (its summary, None when it counted no process; {torch release:
 # [processes, with each event]}; the ranks' parents its ranks name, as
-# (host, pid, start time); its agents, likewise; the records filtered out).
+# (host, pid, start time), sorted; its agents, likewise (sorted: a part does
+# not depend on the order its records were counted in); the records
+# filtered out).
 JobResult = Tuple[Optional[dict], Dict[str, List[int]], tuple, tuple, int]
 
 
@@ -342,12 +344,12 @@ class FleetTotals:
                 )
         self.jobs[r.job].add(r, release, self.release_names, placement)
 
-    def _pop_job(self) -> Optional[str]:
-        """A job that has counts, or None when none has."""
-        for counts in (self.jobs, self.parents, self.agents, self.filtered):
-            if counts:
-                return next(iter(counts))
-        return None
+    def _counted_jobs(self) -> List[str]:
+        """The jobs that have counts. Taken once: the first key of a dict
+        whose first keys were popped is found past every one of them, so
+        asking for it after each pop costs a pass over all the jobs popped
+        (a second of a report of 55k jobs)."""
+        return list(dict.fromkeys([*self.jobs, *self.parents, *self.agents, *self.filtered]))
 
     def drain(self, jobs_per_part: int = 1000) -> Iterator[tuple]:
         """The counts as parts of plain values (marshal's types), each with
@@ -356,10 +358,10 @@ class FleetTotals:
         counts go as their parts are made, so that they are never held
         twice."""
         names = list(self.release_names)
-        job = self._pop_job()
-        while job is not None:
+        counted = self._counted_jobs()
+        for start in range(0, len(counted), jobs_per_part):
             jobs = []
-            while job is not None and len(jobs) < jobs_per_part:
+            for job in counted[start : start + jobs_per_part]:
                 t = self.jobs.pop(job, None)
                 jobs.append(
                     (
@@ -370,7 +372,6 @@ class FleetTotals:
                         self.filtered.pop(job, 0),
                     )
                 )
-                job = self._pop_job()
             yield (names, jobs, None)
         skipped = dict(self.skipped)
         self.skipped.clear()  # in place: a reader may count into it
@@ -429,8 +430,7 @@ class FleetTotals:
         so that the two are never all held at once."""
         names = self.release_names
         out: Dict[str, JobResult] = {}
-        job = self._pop_job()
-        while job is not None:
+        for job in self._counted_jobs():
             t = self.jobs.pop(job, None)
             summary, rows = None, {}
             if t is not None:
@@ -444,10 +444,9 @@ class FleetTotals:
                 summary,
                 rows,
                 tuple(sorted(self.parents.pop(job, ()))),
-                tuple(self.agents.pop(job, ())),
+                tuple(sorted(self.agents.pop(job, ()))),
                 self.filtered.pop(job, 0),
             )
-            job = self._pop_job()
         return out
 
     def report(self) -> dict:
@@ -466,12 +465,25 @@ KeptJob = Tuple[
 ]
 
 
-def kept_job(result: JobResult) -> KeptJob:
-    """A job's part made now, as the cache keeps it."""
+def kept_job(result: JobResult, line: bool = False) -> KeptJob:
+    """A job's part made now, as the cache keeps it; with `line`, its JSON
+    line too, made for its own agents joining it (Note [An agent joins its
+    workers' job]: they do unless a rank of another job names one), which
+    Assembled.line takes where those are the agents that joined."""
     summary = result[0]
     if summary is None:
         return (None, *result[1:5], None, None, -1)
-    return (marshal.dumps(summary), *result[1:5], light_of(summary), None, -1)
+    made, joined = None, -1
+    if line:
+        joined = len(result[3])
+        made = _encode(_with_agents(summary, joined))
+    return (marshal.dumps(summary), *result[1:5], light_of(summary), made, joined)
+
+
+def finished_jobs(totals: "FleetTotals") -> Dict[str, KeptJob]:
+    """Every job's part of `totals`, its line made (kept_job), as plain
+    values; the counts are spent making them."""
+    return {job: kept_job(result, True) for job, result in totals.results().items()}
 
 
 def light_of(summary: dict) -> tuple:

@@ -451,9 +451,11 @@ class CacheWriter:
 # reading process, as it reads, appends each record's part (the Record's
 # fields as a tuple, in marshal) to a part log of its own in the cache's
 # folder, and the file's index entry says where (Note [The files' index],
-# file_index.py), with the part's CRC-32. A re-run then takes an unchanged
-# file's record from its part; a log that is gone or a part whose CRC
-# differs makes it read those files again, with one line. Logs are written
+# file_index.py), with the part's CRC-32. Every record is then counted
+# from its part (Note [Counting from the parts, job by job],
+# fleet_report.py), and a re-run takes an unchanged file's record from the
+# part an earlier run wrote; a log that is gone or a part whose CRC differs
+# makes it read every file again, with one line. Logs are written
 # as the reading goes, so they cost no memory; a log no entry names is
 # removed at the next save, and when the logs hold more than twice the
 # parts still named (each run leaves the parts of changed files behind),

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <functional>
 #include <unordered_map>
 #include <unordered_set>
@@ -35,6 +36,21 @@ constexpr size_t kGroup = 3;
 constexpr size_t kPartLog = 4;
 constexpr size_t kPartSpan = 5;
 constexpr int kSpanLengthBits = 24;
+
+// A record's part as the counting takes it (Note [Counting from the parts,
+// job by job], fleet_report.py): its group, then where it is; ordered by
+// group, then by place, so that a job's parts come together and each log
+// is read forwards.
+struct Span {
+  int64_t group;
+  int64_t log;
+  int64_t span;
+  bool operator<(const Span& other) const {
+    return std::tie(group, log, span) <
+        std::tie(other.group, other.log, other.span);
+  }
+};
+static_assert(sizeof(Span) == 3 * sizeof(int64_t));
 
 // The Python buffers of one call, released however it ends.
 struct Buffers {
@@ -616,30 +632,52 @@ PyObject* spans_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Buffers buffers;
   Index index;
   std::unordered_set<int64_t> groups;
+  // None: the groups of every job (Note [The files' index]: even ones).
+  const bool every_job = nargs == 4 && args[3] == Py_None;
   if (!index_arguments(
           args,
-          nargs,
-          "spans_in(names, keys, unchanged, groups: set)",
+          every_job ? 3 : nargs,
+          "spans_in(names, keys, unchanged, groups: set or None)",
           buffers,
           &index,
-          &groups)) {
+          every_job ? nullptr : &groups)) {
     return nullptr;
   }
   try {
-    std::vector<int64_t> out;
+    std::vector<Span> out;
     for (size_t i = 0; i < index.size; ++i) {
       const int64_t* entry = index.keys + i * kFields;
-      if (index.unchanged[i] && groups.count(entry[kGroup])) {
-        out.push_back(entry[kPartLog]);
-        out.push_back(entry[kPartSpan]);
+      const int64_t group = entry[kGroup];
+      if (index.unchanged[i] &&
+          (every_job ? (group & 1) == 0 : groups.count(group) != 0)) {
+        out.push_back({group, entry[kPartLog], entry[kPartSpan]});
       }
     }
+    std::sort(out.begin(), out.end());
     return PyBytes_FromStringAndSize(
         reinterpret_cast<const char*>(out.data()),
-        Py_ssize_t(out.size() * sizeof(int64_t)));
+        Py_ssize_t(out.size() * sizeof(Span)));
   } catch (const std::bad_alloc&) {
     return PyErr_NoMemory();
   }
+}
+
+PyObject* in_group_order(PyObject*, PyObject* spans) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(spans, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) !=
+      0) {
+    return nullptr;
+  }
+  if (view.len % Py_ssize_t(sizeof(Span)) != 0) {
+    PyBuffer_Release(&view);
+    PyErr_SetString(
+        PyExc_ValueError, "in_group_order: not (group, log, span) triples");
+    return nullptr;
+  }
+  Span* begin = static_cast<Span*>(view.buf);
+  std::sort(begin, begin + view.len / Py_ssize_t(sizeof(Span)));
+  PyBuffer_Release(&view);
+  Py_RETURN_NONE;
 }
 
 PyObject* part_logs(PyObject*, PyObject* const* args, Py_ssize_t nargs) {

@@ -24,9 +24,13 @@ PyObject* names_in(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // unchanged entries.
 PyObject* unchanged_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
-// spans_in(names, keys, unchanged, groups) -> (part log, part span) of
-// each unchanged entry of `groups`, as int64 pairs.
+// spans_in(names, keys, unchanged, groups) -> (group, part log, part span)
+// of each unchanged entry of `groups` (None: of every job), as int64
+// triples in group order.
 PyObject* spans_in(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// in_group_order(spans) puts a writable buffer of such triples in group
+// order, in place.
+PyObject* in_group_order(PyObject*, PyObject* spans);
 // part_logs(names, keys, unchanged) -> ({logs the unchanged entries' parts
 // are in}, the bytes of those parts).
 PyObject* part_logs(PyObject*, PyObject* const* args, Py_ssize_t nargs);

@@ -231,6 +231,10 @@ PyMethodDef kMethods[] = {
          autograd_device_logging_report::spans_in)),
      METH_FASTCALL,
      "spans_in(names, keys, unchanged, groups) -> bytes"},
+    {"in_group_order",
+     autograd_device_logging_report::in_group_order,
+     METH_O,
+     "in_group_order(spans) -> None"},
     {"part_logs",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::part_logs)),
