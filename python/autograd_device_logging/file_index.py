@@ -99,19 +99,42 @@ class IndexEntries:
         self._jobs: Dict[str, int] = {}
         self._reasons: Dict[str, int] = {}
 
-    def add(
-        self, name: bytes, key: Key, counted_in: str, reason: bool, part: Tuple[int, int] = (0, 0)
-    ) -> None:
-        groups = self._reasons if reason else self._jobs
-        group = groups.get(counted_in)
+    def skip(self, name: bytes, key: Key, reason: str) -> None:
+        """The entry of a file skipped for `reason`."""
+        group = self._reasons.get(reason)
         if group is None:
-            group = groups[counted_in] = group_of(counted_in, reason)
-            if reason:
-                self.reasons[group] = counted_in
+            group = self._reasons[reason] = group_of(reason, True)
+            self.reasons[group] = reason
         size, mtime_ns, inode = key
         self.names += name
         self.names += b"/"
-        self.keys.extend((size, mtime_ns, signed(inode), group, *part))
+        self.keys.extend((size, mtime_ns, signed(inode), group, 0, 0))
+
+    def extend(self, records: list, places: Optional[list]) -> None:
+        """The entries of the files of `records` ((name, key, record) each),
+        each counted in its record's job, its part at `places` (None:
+        none)."""
+        jobs = self._jobs
+        for job in {r.job for _, _, r in records}.difference(jobs):
+            jobs[job] = group_of(job)
+        self.names += b"/".join([name for name, _, _ in records])
+        self.names += b"/"
+        if places is None:
+            places = ((0, 0),) * len(records)
+        self.keys.extend(
+            [
+                value
+                for (_, (size, mtime_ns, inode), r), (log, span) in zip(records, places)
+                for value in (
+                    size,
+                    mtime_ns,
+                    inode - (1 << 64) if inode >= 1 << 63 else inode,  # signed()
+                    jobs[r.job],
+                    log,
+                    span,
+                )
+            ]
+        )
 
     def size(self) -> int:
         return len(self.keys) // FIELDS

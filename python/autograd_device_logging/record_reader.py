@@ -14,7 +14,7 @@ from typing import Iterator, List, Optional, Tuple
 
 from .file_index import IndexEntries, Key, is_record_name, read_files, scan
 from .record_decoder import decode
-from .record_fields import Record, Skip
+from .record_fields import Record, RecordFields, Skip
 
 __all__ = ["is_record_name", "open_directory", "read_named", "read_record", "read_records"]
 
@@ -133,30 +133,38 @@ def read_named(
             outcomes = read_files(directory_fd, chunk, None, MAX_RECORD_BYTES)[0]
         else:
             outcomes = [_read_outcome(name, directory_fd, buffer) for name in chunk]
+        # The chunk's records, kept in bulk at its end: (name, key, record).
+        kept = []
         for name, (key, what) in zip(chunk, outcomes):
             if type(what) is bytes:
                 try:
-                    record = decode(what)
+                    what = decode(what)
                 except Skip as e:
                     what = e.args[0]
                 except (ValueError, RecursionError):
                     # Not UTF-8, not JSON, or nested too deep.
                     what = "malformed: not JSON"
-                else:
-                    if entries is not None:
-                        part = (0, 0) if parts is None else parts.append(as_fields(record))
-                        entries.add(name, key, record.job, False, part)
-                    yield record
-                    continue
-            elif type(what) is not str:
+            if type(what) is not str:
                 if entries is not None:
-                    part = (0, 0) if parts is None else parts.append(as_fields(what))
-                    entries.add(name, key, what.job, False, part)
+                    kept.append((name, key, what))
                 yield what
                 continue
             skipped[what] += 1
             if entries is not None and key is not None:
-                entries.add(name, key, what, True)
+                entries.skip(name, key, what)
+        if kept:
+            _keep(kept, entries, parts)
+
+
+def _keep(kept: list, entries: IndexEntries, parts) -> None:
+    """The entries of the files of `kept` ((name, key, record) each), with
+    their records' parts appended to `parts` where given."""
+    places = None
+    if parts is not None:
+        places = parts.extend(
+            [tuple(r) if type(r) is RecordFields else as_fields(r) for _, _, r in kept]
+        )
+    entries.extend(kept, places)
 
 
 def _read_outcome(name: bytes, directory_fd: int, buffer: bytearray) -> tuple:

@@ -490,19 +490,24 @@ class PartsLog:
             self.offset = 0
             return
 
-    def append(self, fields: tuple) -> Tuple[int, int]:
-        """Appends a record's part; where it is (Note [The files' index]),
-        or (0, 0) where it could not be written."""
+    def extend(self, fields: list) -> list:
+        """Appends records' parts (each a Record's fields, as a tuple) in
+        one write; where each is (Note [The files' index]), or (0, 0) for
+        each where they could not be written."""
         if self.file is None:
-            return (0, 0)
-        part = marshal.dumps(fields)
+            return [(0, 0)] * len(fields)
+        parts = [marshal.dumps(f) for f in fields]
         try:
-            self.file.write(part)
+            self.file.write(b"".join(parts))
         except OSError:
             self.close()
-            return (0, 0)
-        offset, self.offset = self.offset, self.offset + len(part)
-        return (self.log << 32 | zlib.crc32(part), offset << SPAN_LENGTH_BITS | len(part))
+            return [(0, 0)] * len(fields)
+        log, offset, places = self.log << 32, self.offset, []
+        for part in parts:
+            places.append((log | zlib.crc32(part), offset << SPAN_LENGTH_BITS | len(part)))
+            offset += len(part)
+        self.offset = offset
+        return places
 
     def close(self) -> None:
         """Closes the log; one that holds no part goes (no entry names it)."""
