@@ -297,7 +297,7 @@ def profile(directory, limit=100_000):
     del data
     start = time.perf_counter()
     parts = [
-        marshal.dumps(tuple(r) if type(r) is RecordFields else record_reader.as_fields(r))
+        marshal.dumps(tuple(r) if type(r) is RecordFields else record_decoder.as_fields(r))
         for r in records
     ]
     crcs = [zlib.crc32(part) for part in parts]

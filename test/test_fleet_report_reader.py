@@ -834,12 +834,16 @@ class TestFleetReportReader(TestCase):
         program = (
             "import os, sys\n"
             "from autograd_device_logging import fleet_report, record_reader\n"
-            "report, decode = os.getpid(), record_reader.decode\n"
-            "def decode_record(*args):\n"
-            "    if os.getpid() != report:\n"
-            "        os._exit(3)  # a reading process, as if killed\n"
-            "    return decode(*args)\n"
-            "record_reader.decode = decode_record\n"
+            "report = os.getpid()\n"
+            "def dying(decode):\n"
+            "    def decode_record(*args):\n"
+            "        if os.getpid() != report:\n"
+            "            os._exit(3)  # a reading process, as if killed\n"
+            "        return decode(*args)\n"
+            "    return decode_record\n"
+            "# Either decoding: the fields where the cache keeps them.\n"
+            "record_reader.decode = dying(record_reader.decode)\n"
+            "record_reader.decode_fields = dying(record_reader.decode_fields)\n"
             "sys.exit(fleet_report.main(sys.argv[1:]))\n"
         )
         proc = subprocess.run(

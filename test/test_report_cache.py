@@ -397,20 +397,22 @@ class TestReportCache(TestCase):
         decoded, counted = [], []
 
         def decoding(data):
-            record = decode(data)
-            decoded.append(record.job)
-            return record
+            fields = decode_fields(data)
+            decoded.append(fields[report.file_index.JOB])
+            return fields
 
         def counting(self, record):
             counted.append(record.job)
             return add(self, record)
 
-        decode, add = reader.decode, totals.add
+        decode_fields, add = reader.decode_fields, totals.add
         self.rewrite_in_place("j3-r2.json")  # now in j4
         self.write("j6-r9.json", dict(random_record(self.rng, 0), job="j6", role="other"))
         os.unlink(os.path.join(self.dir, "j1-r0.json"))
         with (
-            unittest.mock.patch.object(reader, "decode", decoding),
+            # Note [Counting from the parts, job by job]: with the cache,
+            # the files read are decoded to their fields and kept.
+            unittest.mock.patch.object(reader, "decode_fields", decoding),
             unittest.mock.patch.object(totals, "add", counting),
         ):
             cache = self.cache()

@@ -11,6 +11,8 @@ from array import array
 from collections import Counter
 from typing import Dict, Optional, Tuple
 
+from .record_fields import Record
+
 try:
     from ._record_files import (
         changed_groups,
@@ -65,6 +67,10 @@ def is_record_name(name: str) -> bool:
 # buffers. A group needs no table: two jobs of one hash only make a re-run
 # count both again, and the parity keeps a job from ever reading as a reason.
 SIZE, MTIME, INODE, GROUP, PART_LOG, PART_SPAN = range(6)
+# Where a record's job is among its fields (a record's part).
+JOB = Record.__slots__.index("job")
+# The most jobs' groups IndexEntries remembers.
+GROUPS_KEPT = 1 << 16
 FIELDS = 6
 SPAN_LENGTH_BITS = 24
 GROUP_BYTES = 8
@@ -111,11 +117,11 @@ class IndexEntries:
         self.keys.extend((size, mtime_ns, signed(inode), group, 0, 0))
 
     def extend(self, records: list, places: Optional[list]) -> None:
-        """The entries of the files of `records` ((name, key, record) each),
-        each counted in its record's job, its part at `places` (None:
-        none)."""
+        """The entries of the files of `records` ((name, key, record or
+        its fields) each), each counted in its record's job, its part at
+        `places` (None: none)."""
         jobs = self._jobs
-        for job in {r.job for _, _, r in records}.difference(jobs):
+        for job in {r[JOB] for _, _, r in records}.difference(jobs):
             jobs[job] = group_of(job)
         self.names += b"/".join([name for name, _, _ in records])
         self.names += b"/"
@@ -129,7 +135,7 @@ class IndexEntries:
                     size,
                     mtime_ns,
                     inode - (1 << 64) if inode >= 1 << 63 else inode,  # signed()
-                    jobs[r.job],
+                    jobs[r[JOB]],
                     log,
                     span,
                 )
@@ -144,10 +150,12 @@ class IndexEntries:
         skipped files' groups; they then leave."""
         names, keys, reasons = bytes(self.names), self.keys.tobytes(), self.reasons
         self.names, self.keys, self.reasons = bytearray(), array("q"), {}
-        # The groups of the jobs met since the last take: a reading process
-        # meets most jobs, and keeping them all would cost memory.
-        self._jobs.clear()
-        self._reasons.clear()
+        # The groups of the jobs met, kept for the next entries up to
+        # GROUPS_KEPT jobs: a reading process meets most jobs of a large
+        # fleet, and hashing each again at every take cost a tenth of the
+        # entries' time, keeping them all some MB.
+        if len(self._jobs) > GROUPS_KEPT:
+            self._jobs.clear()
         return names, keys, reasons
 
 

@@ -67,6 +67,7 @@ decodings (read_both_ways) and holds what the compiled one takes and leaves
 from __future__ import annotations
 
 import json
+import operator
 from typing import Annotated, Dict, List, Optional, Tuple, Union
 
 from .cost_statistics import process_value
@@ -243,6 +244,9 @@ else:
 
 
 _from_fields = RecordFields._make
+# A Record's fields as a plain tuple (a record's part: Note [A record's
+# part, kept], report_cache.py).
+as_fields = operator.attrgetter(*Record.__slots__)
 
 
 def decode(data):
@@ -257,3 +261,13 @@ def decode(data):
         if fields is not None:
             return _from_fields(fields)
     return decode_typed(data)
+
+
+def decode_fields(data) -> tuple:
+    """decode(data)'s fields as a plain tuple, in Record.__slots__ order
+    (a record's part: Note [A record's part, kept], report_cache.py)."""
+    if record_fields is not None:
+        fields = record_fields(data)
+        if fields is not None:
+            return fields
+    return as_fields(decode_typed(data))

@@ -6,15 +6,14 @@ changed (file_index.py)."""
 from __future__ import annotations
 
 import errno
-import operator
 import os
 import stat
 from collections import Counter
 from typing import Iterator, List, Optional, Tuple
 
 from .file_index import IndexEntries, Key, is_record_name, read_files, scan
-from .record_decoder import decode
-from .record_fields import Record, RecordFields, Skip
+from .record_decoder import decode, decode_fields
+from .record_fields import Record, Skip
 
 __all__ = ["is_record_name", "open_directory", "read_named", "read_record", "read_records"]
 
@@ -23,17 +22,16 @@ __all__ = ["is_record_name", "open_directory", "read_named", "read_record", "rea
 MAX_RECORD_BYTES = 1 << 20
 
 
-# A Record's fields as a plain tuple (a record's part: Note [A record's
-# part, kept], report_cache.py).
-as_fields = operator.attrgetter(*Record.__slots__)
-
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-def read_record(path, dir_fd: Optional[int], buffer: bytearray) -> Tuple[Record, Key]:
+def read_record(
+    path, dir_fd: Optional[int], buffer: bytearray, decoding=decode
+) -> Tuple[Record, Key]:
     """The record in the file at `path` (relative to the directory `dir_fd`,
     or to the working directory for None), read into `buffer` (a bytearray of
-    MAX_RECORD_BYTES + 1, reused across calls), and the file's key as it was
+    MAX_RECORD_BYTES + 1, reused across calls) and decoded by `decoding`
+    (decode, or decode_fields for its fields), and the file's key as it was
     opened (Note [The report's cache], report_cache.py); raises Skip (whose
     args[1] is the key, where the file was opened), OSError for a file it
     could not read, or ValueError or RecursionError (with the key as
@@ -64,7 +62,7 @@ def read_record(path, dir_fd: Optional[int], buffer: bytearray) -> Tuple[Record,
         raise Skip("too large", key)
     with memoryview(buffer) as view:
         try:
-            return decode(view[:size]), key
+            return decoding(view[:size]), key
         except Skip as e:
             raise Skip(e.args[0], key) from None
         except (ValueError, RecursionError) as e:
@@ -122,23 +120,26 @@ def read_named(
     reads, so that the names read are let go (a million names are tens of
     MB). Each file's entry is added to `entries` (a file that could not be
     read has none: the next run tries again) with its record's part
-    appended to `parts` (a report_cache.PartsLog, or None); what is not a
-    record is counted in `skipped`."""
+    appended to `parts` (a report_cache.PartsLog, or None: then each record
+    comes as its fields, a plain tuple, which is what is kept and nothing
+    counts: Note [Counting from the parts, job by job], fleet_report.py);
+    what is not a record is counted in `skipped`."""
     chunks = chunks_of(names) if isinstance(names, bytes) else names
     chunks.reverse()
     buffer = None if read_files is not None else bytearray(MAX_RECORD_BYTES + 1)
+    decoding = decode if parts is None else decode_fields
     while chunks:
         chunk = chunks.pop()[:-1].split(b"/")
         if buffer is None:
             outcomes = read_files(directory_fd, chunk, None, MAX_RECORD_BYTES)[0]
         else:
-            outcomes = [_read_outcome(name, directory_fd, buffer) for name in chunk]
+            outcomes = [_read_outcome(name, directory_fd, buffer, decoding) for name in chunk]
         # The chunk's records, kept in bulk at its end: (name, key, record).
         kept = []
         for name, (key, what) in zip(chunk, outcomes):
             if type(what) is bytes:
                 try:
-                    what = decode(what)
+                    what = decoding(what)
                 except Skip as e:
                     what = e.args[0]
                 except (ValueError, RecursionError):
@@ -158,20 +159,17 @@ def read_named(
 
 def _keep(kept: list, entries: IndexEntries, parts) -> None:
     """The entries of the files of `kept` ((name, key, record) each), with
-    their records' parts appended to `parts` where given."""
-    places = None
-    if parts is not None:
-        places = parts.extend(
-            [tuple(r) if type(r) is RecordFields else as_fields(r) for _, _, r in kept]
-        )
+    their records' parts appended to `parts` where given (each record then
+    its fields)."""
+    places = None if parts is None else parts.extend([fields for _, _, fields in kept])
     entries.extend(kept, places)
 
 
-def _read_outcome(name: bytes, directory_fd: int, buffer: bytearray) -> tuple:
-    """read_files' outcome for one name, by read_record: (key, Record) or
-    (key or None, why it was not read)."""
+def _read_outcome(name: bytes, directory_fd: int, buffer: bytearray, decoding) -> tuple:
+    """read_files' outcome for one name, by read_record: (key, what
+    `decoding` gave) or (key or None, why it was not read)."""
     try:
-        record, key = read_record(name, directory_fd, buffer)
+        record, key = read_record(name, directory_fd, buffer, decoding)
     except Skip as e:
         return (e.args[1] if len(e.args) > 1 else None), e.args[0]
     except (ValueError, RecursionError) as e:
