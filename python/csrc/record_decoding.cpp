@@ -32,7 +32,12 @@ struct Scratch {
   std::string padded;
   std::vector<double> ratios;
   std::vector<int64_t> differences;
+  // The classes met, with their interned str (class_name).
+  std::vector<std::pair<std::string, PyObject*>> class_names;
 };
+
+// At most this many class names are kept: a fleet has a few.
+constexpr size_t kClassNamesKept = 16;
 
 using autograd_device_logging_report::Ref;
 
@@ -63,6 +68,29 @@ void median_values(Scratch& s, double* percent, double* difference) {
   }
 }
 
+// The interned str of the class `name` (a new reference; nullptr with an
+// exception set): made once for each of the first kClassNamesKept names,
+// which every record repeats.
+PyObject* class_name(Scratch& s, std::string_view name) {
+  for (const auto& [text, object] : s.class_names) {
+    if (text == name) {
+      Py_INCREF(object);
+      return object;
+    }
+  }
+  PyObject* key = PyUnicode_DecodeUTF8(name.data(), name.size(), nullptr);
+  if (key == nullptr) {
+    return nullptr;
+  }
+  // Shared, as the names in record_fields below.
+  PyUnicode_InternInPlace(&key);
+  if (s.class_names.size() < kClassNamesKept) {
+    Py_INCREF(key); // kept for the process's life, as the interned str is
+    s.class_names.emplace_back(std::string(name), key);
+  }
+  return key;
+}
+
 // Fills `out` with {class: (percent, difference in ns, pairs)} for each
 // class with pairs, as record_decoder's Python path does; false to leave the
 // record to that path: anything but classes of [off, on] pairs of integers
@@ -76,45 +104,65 @@ bool values_of(
   if (root.get_object().get(classes)) {
     return false;
   }
-  const Ref seen(PySet_New(nullptr));
-  if (seen.p == nullptr) {
-    return false;
-  }
+  // The names met: a record has a few classes.
+  std::vector<std::string_view> seen;
   for (auto [name, value] : classes) {
     simdjson::dom::array pairs;
     if (value.get_array().get(pairs) || pairs.size() > max_pairs) {
       return false;
     }
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+      // A class named twice: which pairs count is the Python path's call.
+      return false;
+    }
+    seen.push_back(name);
     s.ratios.clear();
     s.differences.clear();
     for (simdjson::dom::element item : pairs) {
       simdjson::dom::array pair;
+      if (item.get_array().get(pair)) {
+        return false;
+      }
+      // Exactly two elements, walked once.
+      auto at = pair.begin();
+      const auto end = pair.end();
       uint64_t off = 0, on = 0;
-      if (item.get_array().get(pair) || pair.size() != 2 ||
-          pair.at(0).get_uint64().get(off) || pair.at(1).get_uint64().get(on) ||
-          off < 1 || on < 1 || off > kExactInDouble || on > kExactInDouble) {
+      if (at == end || (*at).get_uint64().get(off) || ++at == end ||
+          (*at).get_uint64().get(on) || ++at != end || off < 1 || on < 1 ||
+          off > kExactInDouble || on > kExactInDouble) {
         return false;
       }
       const int64_t d = static_cast<int64_t>(off) - static_cast<int64_t>(on);
       s.differences.push_back(d);
       s.ratios.push_back(static_cast<double>(d) / static_cast<double>(on));
     }
-    Ref key(PyUnicode_DecodeUTF8(name.data(), name.size(), nullptr));
-    if (key.p != nullptr) {
-      // Shared, as the names in record_fields below.
-      PyUnicode_InternInPlace(&key.p);
-    }
-    if (key.p == nullptr || PySet_Contains(seen.p, key.p) != 0 ||
-        PySet_Add(seen.p, key.p) != 0) {
-      // A class named twice: which pairs count is the Python path's call.
+    const Ref key(class_name(s, name));
+    if (key.p == nullptr) {
       return false;
     }
     if (!s.ratios.empty()) {
       double percent = 0, difference = 0;
       median_values(s, &percent, &difference);
-      const Ref v(Py_BuildValue(
-          "(ddn)", percent, difference, Py_ssize_t(s.ratios.size())));
-      if (v.p == nullptr || PyDict_SetItem(out, key.p, v.p) != 0) {
+      const Ref v(PyTuple_New(3));
+      if (v.p == nullptr) {
+        return false;
+      }
+      PyObject* items[] = {
+          PyFloat_FromDouble(percent),
+          PyFloat_FromDouble(difference),
+          PyLong_FromSsize_t(Py_ssize_t(s.ratios.size()))};
+      for (int i = 0; i < 3; ++i) {
+        if (items[i] == nullptr) {
+          for (PyObject* item : items) {
+            Py_XDECREF(item);
+          }
+          return false;
+        }
+      }
+      for (int i = 0; i < 3; ++i) {
+        PyTuple_SET_ITEM(v.p, i, items[i]);
+      }
+      if (PyDict_SetItem(out, key.p, v.p) != 0) {
         return false;
       }
     }
@@ -277,11 +325,13 @@ struct Fields {
   }
 };
 
-int field_of(std::string_view name, const char* const* names, int count) {
-  for (int i = 0; i < count; ++i) {
-    if (name.size() == std::strlen(names[i]) &&
-        std::memcmp(name.data(), names[i], name.size()) == 0) {
-      return i;
+// Which of `names` `name` is; -1 for none. The names are string_views, whose
+// lengths are known: comparing a length first rules most out.
+template <size_t N>
+int field_of(std::string_view name, const std::string_view (&names)[N]) {
+  for (size_t i = 0; i < N; ++i) {
+    if (name == names[i]) {
+      return int(i);
     }
   }
   return -1;
@@ -316,7 +366,7 @@ enum RecordField {
   kRecordFields,
 };
 
-constexpr const char* kRecordNames[kRecordFields] = {
+constexpr std::string_view kRecordNames[kRecordFields] = {
     "schema",
     "host",
     "pid",
@@ -373,9 +423,9 @@ void torch_of(simdjson::dom::element e, Decoded& d) {
   simdjson::dom::object torch;
   require(!e.get_object().get(torch));
   Fields fields;
-  static constexpr const char* kNames[] = {"running", "built_for"};
+  static constexpr std::string_view kNames[] = {"running", "built_for"};
   for (auto [name, value] : torch) {
-    const int field = field_of(name, kNames, 2);
+    const int field = field_of(name, kNames);
     if (field < 0) {
       continue;
     }
@@ -465,12 +515,12 @@ void placement_of(simdjson::dom::element e, Decoded& d) {
   simdjson::dom::object placement;
   require(!e.get_object().get(placement));
   Fields fields;
-  static constexpr const char* kNames[] = {
+  static constexpr std::string_view kNames[] = {
       "threads", "cpu_quota", "intra_op_threads"};
   Ref affinities(nullptr);
   Ref quota(nullptr);
   for (auto [name, value] : placement) {
-    const int field = field_of(name, kNames, 3);
+    const int field = field_of(name, kNames);
     if (field < 0) {
       continue;
     }
@@ -489,10 +539,11 @@ void placement_of(simdjson::dom::element e, Decoded& d) {
         simdjson::dom::object t;
         require(!thread.get_object().get(t));
         Fields thread_fields;
-        static constexpr const char* kThreadNames[] = {"affinity", "ran_on"};
+        static constexpr std::string_view kThreadNames[] = {
+            "affinity", "ran_on"};
         std::string_view affinity;
         for (auto [key, v] : t) {
-          const int f = field_of(key, kThreadNames, 2);
+          const int f = field_of(key, kThreadNames);
           if (f < 0) {
             continue;
           }
@@ -533,7 +584,7 @@ void threading_cost_of(Scratch& s, simdjson::dom::element e, Decoded& d) {
   simdjson::dom::object cost;
   require(!e.get_object().get(cost));
   Fields fields;
-  static constexpr const char* kNames[] = {
+  static constexpr std::string_view kNames[] = {
       "pairs",
       "not_sampled",
       "discarded",
@@ -543,7 +594,7 @@ void threading_cost_of(Scratch& s, simdjson::dom::element e, Decoded& d) {
       "washout",
       "placement"};
   for (auto [name, value] : cost) {
-    const int field = field_of(name, kNames, 8);
+    const int field = field_of(name, kNames);
     if (field < 0) {
       continue;
     }
@@ -578,10 +629,10 @@ PyObject* parent_of(simdjson::dom::element e) {
   simdjson::dom::object parent;
   require(!e.get_object().get(parent));
   Fields fields;
-  static constexpr const char* kNames[] = {"pid", "start_time"};
+  static constexpr std::string_view kNames[] = {"pid", "start_time"};
   Ref pid(nullptr), started(nullptr);
   for (auto [name, value] : parent) {
-    const int field = field_of(name, kNames, 2);
+    const int field = field_of(name, kNames);
     if (field < 0) {
       continue;
     }
@@ -612,7 +663,7 @@ PyObject* fields_of(Scratch& s, std::string_view text) {
   try {
     Fields fields;
     for (auto [name, value] : record) {
-      const int field = field_of(name, kRecordNames, kRecordFields);
+      const int field = field_of(name, kRecordNames);
       if (field < 0) {
         continue; // a field the report does not read
       }
