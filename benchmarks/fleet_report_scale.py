@@ -595,8 +595,9 @@ def write(args, rows, duckdb_version, profiled, profiled_warm):
             "largest fleet (`profile()` in the script): per record, opening, reading and "
             f"closing the file {read:.1f} us; decoding and checking it, with the threading "
             f"cost's value from its {PAIRS} pairs, {decoded:.1f} us; keeping its part "
-            f"{kept:.1f} us; counting it from its part, job by job (Note [Counting from the "
-            f"parts, job by job]), {counted:.1f} us; then making the jobs' parts and lines "
+            f"{kept:.1f} us; counting it from its part, job by job "
+            "(Note [Counting from the parts, job by job]), "
+            f"{counted:.1f} us; then making the jobs' parts and lines "
             f"and writing the report of those records {reported:.2f} s.",
         ]
     if profiled_warm:

@@ -45,7 +45,6 @@ import errno
 import hashlib
 import itertools
 import marshal
-import mmap
 import os
 import stat
 import sys
@@ -214,9 +213,12 @@ class ReportCache:
             return None
         return state
 
-    def open_log(self, cache_name: str, log: int):
-        """The contents of a part log (an mmap, to close), or None where it
-        cannot be read."""
+    def open_log(self, cache_name: str, log: int) -> Optional[int]:
+        """A descriptor of a part log, to read its parts with os.pread (Note
+        [The logs are read, not mapped], fleet_report.py) and to close; None
+        where it cannot be read."""
+        if not self._open():
+            return None
         try:
             fd = os.open(
                 part_log_name(cache_name, log),
@@ -226,13 +228,15 @@ class ReportCache:
         except OSError:
             return None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode) or not os.fstat(fd).st_size:
-                return None
-            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError):
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                fd, opened = None, fd
+                return opened
+            return None
+        except OSError:
             return None
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
 
     def parts_worth_keeping(self, cache_name: str, logs: set, live: int) -> bool:
         """Whether the part logs `logs`, which hold `live` bytes of parts
