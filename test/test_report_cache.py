@@ -666,10 +666,21 @@ class TestCompiledFileReading(TestCase):
                     index.spans_of(names, keys, again_unchanged, None),
                     shuffled,
                     index.part_logs_of(names, keys, again_unchanged),
+                    # Listed first, checked once the index is there (Note
+                    # [Loading the cache while listing]): as scan does both.
+                    index.checked(
+                        fd, index.scan(fd, None, collections.Counter())[0], (names, keys)
+                    ),
+                    (listed, unchanged),
                 )
         self.assertEqual(outcomes[True], outcomes[False])
         # The parts of every job's entries, in group order, then by place.
-        spans, every, shuffled = outcomes[True][-4:-1]
+        spans, every, shuffled = outcomes[True][-6:-3]
+        listed_then_checked, scanned = outcomes[True][-2:]
+        self.assertEqual(
+            (sorted(listed_then_checked[0].split(b"/")), listed_then_checked[1]),
+            (sorted(scanned[0].split(b"/")), scanned[1]),
+        )
         self.assertEqual(shuffled, every)
         triples = [tuple(every[i : i + 3]) for i in range(0, len(every), 3)]
         self.assertEqual(triples, sorted(triples))

@@ -16,6 +16,7 @@ from .record_fields import Record
 try:
     from ._record_files import (
         changed_groups,
+        check_listed,
         in_group_order,
         names_in,
         part_logs,
@@ -26,7 +27,7 @@ try:
     )
 except ImportError:  # Note [Reading the files in compiled code]
     changed_groups = names_in = part_logs = read_files = scan_directory = None
-    in_group_order = spans_in = unchanged_entries = None
+    check_listed = in_group_order = spans_in = unchanged_entries = None
 
 # A file's key (Note [The report's cache], report_cache.py).
 Key = Tuple[int, int, int]
@@ -191,20 +192,43 @@ def scan(directory_fd: int, index, skipped: Counter) -> Tuple[bytes, bytearray]:
                 continue
             encoded = entry.name.encode("utf-8", "surrogateescape")
             i = position.get(encoded)
-            if i is not None:
-                try:
-                    st = os.lstat(encoded, dir_fd=directory_fd)
-                except OSError:
-                    pass
-                else:
-                    if stat.S_ISREG(st.st_mode) and keys[FIELDS * i : FIELDS * i + 3] == array(
-                        "q", (st.st_size, st.st_mtime_ns, signed(st.st_ino))
-                    ):
-                        unchanged[i] = 1
-                        continue
+            if i is not None and _key_unchanged(directory_fd, encoded, keys, i):
+                unchanged[i] = 1
+                continue
             listed += encoded
             listed += b"/"
     return bytes(listed), unchanged
+
+
+def _key_unchanged(directory_fd: int, name: bytes, keys: array, i: int) -> bool:
+    """Whether `name` is still a regular file of the key of entry `i`."""
+    try:
+        st = os.lstat(name, dir_fd=directory_fd)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and keys[FIELDS * i : FIELDS * i + 3] == array(
+        "q", (st.st_size, st.st_mtime_ns, signed(st.st_ino))
+    )
+
+
+def checked(directory_fd: int, listed: bytes, index) -> Tuple[bytes, bytearray]:
+    """scan(directory_fd, index, ...) of the names `listed` (as
+    scan(directory_fd, None, ...) gave them, before the index was loaded:
+    Note [Loading the cache while listing], fleet_report.py)."""
+    names, keys = index
+    unchanged = bytearray(len(keys) // FIELDS)
+    if check_listed is not None:
+        return check_listed(directory_fd, listed, names, keys, unchanged), unchanged
+    position = {name: i for i, name in enumerate(names.split(b"/")[:-1])}
+    out = bytearray()
+    for name in listed.split(b"/")[:-1]:
+        i = position.get(name)
+        if i is not None and _key_unchanged(directory_fd, name, keys, i):
+            unchanged[i] = 1
+            continue
+        out += name
+        out += b"/"
+    return bytes(out), unchanged
 
 
 def changed_groups_of(

@@ -58,7 +58,7 @@ struct Buffers {
   Buffers() {
     views.reserve(kMostBuffers);
   }
-  static constexpr size_t kMostBuffers = 3;
+  static constexpr size_t kMostBuffers = 4;
   std::vector<Py_buffer> views;
   ~Buffers() {
     for (Py_buffer& view : views) {
@@ -262,9 +262,17 @@ struct ListedNames {
   MappedArray<int64_t> entries;
   MappedArray<unsigned char> unchanged;
 
+  // `name` is NUL-ended (a directory entry's).
   void add(const char* name, size_t length, int64_t entry) {
     starts.push_back(arena.size());
     arena.append(name, length + 1);
+    entries.push_back(entry);
+    unchanged.push_back(0);
+  }
+  void add(std::string_view name, int64_t entry) {
+    starts.push_back(arena.size());
+    arena.append(name.data(), name.size());
+    arena.push_back('\0');
     entries.push_back(entry);
     unchanged.push_back(0);
   }
@@ -389,6 +397,61 @@ void check_all_keys(int directory_fd, const Index& index, ListedNames& listed) {
   }
 }
 
+// The listed names whose key changed or that the index has not, "/"-ended,
+// made in place in the bytes object returned (Note [The listing's memory
+// goes back]); the index's entries of the others become unchanged.
+PyObject* names_to_read(const ListedNames& listed, const Index& index) {
+  size_t total = 0;
+  for (size_t i = 0; i < listed.size(); ++i) {
+    if (listed.unchanged[i]) {
+      index.unchanged[listed.entries[i]] = 1;
+    } else {
+      total += strlen(listed.name(i)) + 1;
+    }
+  }
+  PyObject* out = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(total));
+  if (out == nullptr) {
+    return nullptr;
+  }
+  char* at = PyBytes_AS_STRING(out);
+  for (size_t i = 0; i < listed.size(); ++i) {
+    if (!listed.unchanged[i]) {
+      const size_t length = strlen(listed.name(i));
+      memcpy(at, listed.name(i), length);
+      at[length] = '/';
+      at += length + 1;
+    }
+  }
+  return out;
+}
+
+// Runs check_all_keys without the GIL; false with an exception set where
+// it could not.
+bool check_all_keys_released(
+    int directory_fd,
+    const Index& index,
+    ListedNames& listed) {
+  Outcome outcome = Outcome::kDone;
+  Py_BEGIN_ALLOW_THREADS;
+  try {
+    check_all_keys(directory_fd, index, listed);
+  } catch (const std::bad_alloc&) {
+    outcome = Outcome::kNoMemory;
+  } catch (const std::system_error&) {
+    outcome = Outcome::kNoThread;
+  }
+  Py_END_ALLOW_THREADS;
+  if (outcome == Outcome::kNoMemory) {
+    PyErr_NoMemory();
+    return false;
+  }
+  if (outcome == Outcome::kNoThread) {
+    PyErr_SetString(PyExc_RuntimeError, "could not start a thread");
+    return false;
+  }
+  return true;
+}
+
 // The ints of a Python set; false with an exception set.
 bool groups_of(PyObject* set, std::unordered_set<int64_t>& groups) {
   const Ref items(PyObject_GetIter(set));
@@ -482,30 +545,43 @@ PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       errno = error;
       return PyErr_SetFromErrno(PyExc_OSError);
     }
-    // The names to read, made in place in the bytes object returned (Note
-    // [The listing's memory goes back]).
-    size_t total = 0;
-    for (size_t i = 0; i < listed.size(); ++i) {
-      if (listed.unchanged[i]) {
-        index.unchanged[listed.entries[i]] = 1;
-      } else {
-        total += strlen(listed.name(i)) + 1;
-      }
+    const Ref out(names_to_read(listed, index));
+    return out.p == nullptr ? nullptr
+                            : Py_BuildValue("(Onn)", out.p, links, not_regular);
+  } catch (const std::bad_alloc&) {
+    // No C++ exception crosses into the interpreter.
+    return PyErr_NoMemory();
+  }
+}
+
+PyObject* check_listed(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_SetString(
+        PyExc_TypeError,
+        "check_listed(directory_fd, listed, names, keys, unchanged)");
+    return nullptr;
+  }
+  const int directory_fd = PyObject_AsFileDescriptor(args[0]);
+  if (directory_fd < 0) {
+    return nullptr;
+  }
+  Buffers buffers;
+  const Py_buffer* given = buffers.get(args[1], false);
+  Index index;
+  if (given == nullptr ||
+      !index_of(buffers, args[2], args[3], args[4], &index)) {
+    return nullptr;
+  }
+  try {
+    const NameTable position(index.names);
+    ListedNames listed;
+    for (const std::string_view name : split_names(*given)) {
+      listed.add(name, position.find(name));
     }
-    Ref out(PyBytes_FromStringAndSize(nullptr, Py_ssize_t(total)));
-    if (out.p == nullptr) {
+    if (!check_all_keys_released(directory_fd, index, listed)) {
       return nullptr;
     }
-    char* at = PyBytes_AS_STRING(out.p);
-    for (size_t i = 0; i < listed.size(); ++i) {
-      if (!listed.unchanged[i]) {
-        const size_t length = strlen(listed.name(i));
-        memcpy(at, listed.name(i), length);
-        at[length] = '/';
-        at += length + 1;
-      }
-    }
-    return Py_BuildValue("(Onn)", out.p, links, not_regular);
+    return names_to_read(listed, index);
   } catch (const std::bad_alloc&) {
     // No C++ exception crosses into the interpreter.
     return PyErr_NoMemory();

@@ -14,6 +14,10 @@ namespace autograd_device_logging_report {
 // scan_directory(directory_fd, names, keys, unchanged) -> (names to read,
 // symbolic links, other entries that are no regular file).
 PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// check_listed(directory_fd, listed, names, keys, unchanged) -> the names of
+// `listed` ("/"-ended, as scan_directory lists them) to read: the second
+// half of scan_directory, for names listed before the index was loaded.
+PyObject* check_listed(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // changed_groups(names, keys, unchanged) -> ({jobs' groups of changed
 // entries}, {skipped files' group: unchanged entries}).
 PyObject* changed_groups(PyObject*, PyObject* const* args, Py_ssize_t nargs);

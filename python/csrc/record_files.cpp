@@ -231,6 +231,11 @@ PyMethodDef kMethods[] = {
          autograd_device_logging_report::spans_in)),
      METH_FASTCALL,
      "spans_in(names, keys, unchanged, groups) -> bytes"},
+    {"check_listed",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::check_listed)),
+     METH_FASTCALL,
+     "check_listed(directory_fd, listed, names, keys, unchanged) -> bytes"},
     {"in_group_order",
      autograd_device_logging_report::in_group_order,
      METH_O,
