@@ -467,7 +467,18 @@ class TestCompiledFileReading(TestCase):
         index = report.file_index
         if compiled and index.read_files is None:
             self.skipTest("no _record_files in this build (a sanitized build has none)")
-        names = ("read_files", "scan_directory", "changed_groups", "names_in", "unchanged_entries")
+        names = (
+            "read_files",
+            "scan_directory",
+            "check_listed",
+            "changed_groups",
+            "names_in",
+            "unchanged_entries",
+            "spans_in",
+            "in_group_order",
+            "part_logs",
+            "pack_entries",
+        )
         stack = contextlib.ExitStack()
         for name in names:
             value = getattr(index, name) if compiled else None

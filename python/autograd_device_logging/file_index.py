@@ -19,6 +19,7 @@ try:
         check_listed,
         in_group_order,
         names_in,
+        pack_entries,
         part_logs,
         read_files,
         scan_directory,
@@ -27,7 +28,7 @@ try:
     )
 except ImportError:  # Note [Reading the files in compiled code]
     changed_groups = names_in = part_logs = read_files = scan_directory = None
-    check_listed = in_group_order = spans_in = unchanged_entries = None
+    check_listed = in_group_order = pack_entries = spans_in = unchanged_entries = None
 
 # A file's key (Note [The report's cache], report_cache.py).
 Key = Tuple[int, int, int]
@@ -126,6 +127,10 @@ class IndexEntries:
             jobs[job] = group_of(job)
         self.names += b"/".join([name for name, _, _ in records])
         self.names += b"/"
+        if pack_entries is not None:
+            groups = [jobs[r[JOB]] for _, _, r in records]
+            self.keys.frombytes(pack_entries(records, groups, places))
+            return
         if places is None:
             places = ((0, 0),) * len(records)
         self.keys.extend(

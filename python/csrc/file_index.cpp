@@ -496,7 +496,85 @@ bool index_arguments(
   }
 }
 
+// The int64 of `value` (an int of at most 64 bits; one of 2^63 or more as
+// the signed int of the same bits, as file_index.signed); false with an
+// exception set.
+bool int64_of(PyObject* value, int64_t* out) {
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+  if (overflow > 0) {
+    const unsigned long long u = PyLong_AsUnsignedLongLong(value);
+    if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+      return false;
+    }
+    *out = static_cast<int64_t>(u);
+    return true;
+  }
+  if (overflow < 0 || (v == -1 && PyErr_Occurred())) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_OverflowError, "an index value out of 64 bits");
+    }
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
 } // namespace
+
+PyObject* pack_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  static const char* const kUsage =
+      "pack_entries(records: [(name, (size, mtime_ns, inode), record)], "
+      "groups: [int], places: [(log, span)] or None)";
+  if (nargs != 3 || !PyList_Check(args[0]) || !PyList_Check(args[1]) ||
+      (args[2] != Py_None && !PyList_Check(args[2]))) {
+    PyErr_SetString(PyExc_TypeError, kUsage);
+    return nullptr;
+  }
+  PyObject* records = args[0];
+  PyObject* groups = args[1];
+  PyObject* places = args[2] == Py_None ? nullptr : args[2];
+  const Py_ssize_t n = PyList_GET_SIZE(records);
+  if (PyList_GET_SIZE(groups) != n ||
+      (places != nullptr && PyList_GET_SIZE(places) != n)) {
+    PyErr_SetString(PyExc_ValueError, kUsage);
+    return nullptr;
+  }
+  Ref out(PyBytes_FromStringAndSize(
+      nullptr, n * Py_ssize_t(kFields * sizeof(int64_t))));
+  if (out.p == nullptr) {
+    return nullptr;
+  }
+  int64_t* at = reinterpret_cast<int64_t*>(PyBytes_AS_STRING(out.p));
+  for (Py_ssize_t i = 0; i < n; ++i, at += kFields) {
+    PyObject* record = PyList_GET_ITEM(records, i);
+    PyObject* key = PyTuple_Check(record) && PyTuple_GET_SIZE(record) == 3
+        ? PyTuple_GET_ITEM(record, 1)
+        : nullptr;
+    PyObject* place = places == nullptr ? nullptr : PyList_GET_ITEM(places, i);
+    if (key == nullptr || !PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 3 ||
+        (place != nullptr &&
+         (!PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 2))) {
+      PyErr_SetString(PyExc_TypeError, kUsage);
+      return nullptr;
+    }
+    for (int k = 0; k < 3; ++k) {
+      if (!int64_of(PyTuple_GET_ITEM(key, k), &at[k])) {
+        return nullptr;
+      }
+    }
+    if (!int64_of(PyList_GET_ITEM(groups, i), &at[kGroup])) {
+      return nullptr;
+    }
+    at[kPartLog] = at[kPartSpan] = 0;
+    if (place != nullptr &&
+        (!int64_of(PyTuple_GET_ITEM(place, 0), &at[kPartLog]) ||
+         !int64_of(PyTuple_GET_ITEM(place, 1), &at[kPartSpan]))) {
+      return nullptr;
+    }
+  }
+  return out.release();
+}
 
 PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 4) {

@@ -14,6 +14,11 @@ namespace autograd_device_logging_report {
 // scan_directory(directory_fd, names, keys, unchanged) -> (names to read,
 // symbolic links, other entries that are no regular file).
 PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// pack_entries(records, groups, places) -> the index entries (Note [The
+// files' index]) of records [(name, (size, mtime_ns, inode), record)] counted
+// in the groups `groups`, their parts at `places` [(log, span)] (None: none),
+// as int64s.
+PyObject* pack_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // check_listed(directory_fd, listed, names, keys, unchanged) -> the names of
 // `listed` ("/"-ended, as scan_directory lists them) to read: the second
 // half of scan_directory, for names listed before the index was loaded.

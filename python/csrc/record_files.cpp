@@ -231,6 +231,11 @@ PyMethodDef kMethods[] = {
          autograd_device_logging_report::spans_in)),
      METH_FASTCALL,
      "spans_in(names, keys, unchanged, groups) -> bytes"},
+    {"pack_entries",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::pack_entries)),
+     METH_FASTCALL,
+     "pack_entries(records, groups, places) -> bytes"},
     {"check_listed",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::check_listed)),
