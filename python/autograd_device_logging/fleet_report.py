@@ -487,7 +487,9 @@ def _count_here(cache, cache_name, spans: bytes, options, hand_over) -> bool:
     places.frombytes(spans)
     totals = FleetTotals(*options)
     logs = {}
-    make, loads, crc32, pread = RecordFields._make, marshal.loads, zlib.crc32, os.pread
+    loads, crc32, pread = marshal.loads, zlib.crc32, os.pread
+    # RecordFields._make without its frame: a part is a tuple of the fields.
+    new, fields_type = tuple.__new__, RecordFields
     add = totals.add
     current, groups = None, 0
     log = fd = None
@@ -514,7 +516,7 @@ def _count_here(cache, cache_name, spans: bytes, options, hand_over) -> bool:
             part = pread(fd, length, span >> SPAN_LENGTH_BITS)
             if len(part) != length or crc32(part) != place & 0xFFFFFFFF:
                 return False
-            add(make(loads(part)))
+            add(new(fields_type, loads(part)))
         hand_over(finished_jobs(totals))
         return True
     finally:
