@@ -256,6 +256,24 @@ class TestReportCache(TestCase):
             proc = self.run_report("--json", "--cache-dir", cache_dir)
             self.assertEqual((proc.stdout, proc.stderr), (fresh, ""), how)
 
+    def test_a_part_log_is_made_only_in_the_cache_folder(self):
+        # A log made before anything opened the cache's folder goes into
+        # it, made then, never into the working directory.
+        elsewhere = os.path.join(self.tmp.name, "working")
+        os.makedirs(elsewhere)
+        self.addCleanup(os.chdir, os.getcwd())
+        os.chdir(elsewhere)
+        cache = self.cache()
+        self.addCleanup(cache.close)
+        log = report.report_cache.PartsLog(cache, cache.name_of((None, None, None, False)))
+        self.assertEqual(len(log.extend([("a part",)])), 1)
+        log.close()
+        self.assertEqual(os.listdir(elsewhere), [])
+        self.assertEqual(
+            [n for n in os.listdir(cache.folder) if n.startswith("parts-")],
+            [report.report_cache.part_log_name(cache.name_of((None, None, None, False)), log.log)],
+        )
+
     def test_a_part_log_gone_or_corrupt_is_read_again_with_one_line(self):
         # Note [A record's part, kept]: a job counted again takes its
         # unchanged records from the logs; a log that is gone or a part not

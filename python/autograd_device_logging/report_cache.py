@@ -475,6 +475,9 @@ class PartsLog:
     def __init__(self, cache: ReportCache, cache_name: str):
         self.file = None
         self.log = 0
+        if not cache._open():
+            # Only ever in the cache's folder: without it, no log.
+            return
         for _ in range(8):
             log = int.from_bytes(os.urandom(4), "little") >> 1 or 1
             name = part_log_name(cache_name, log)
