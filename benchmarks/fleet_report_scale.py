@@ -352,8 +352,10 @@ def profile_warm(directory, cache):
 
     counted = stats.get(key(fleet_totals.FleetTotals.add), (0, 0))[1]
     steps = {
-        "loading the cache": cumulative(report_cache.ReportCache.load),
-        "listing the directory and comparing keys": cumulative(file_index.scan),
+        "listing the directory, the cache loaded meanwhile in a thread": cumulative(
+            fleet_report._list_and_load
+        ),
+        "comparing every file's key with the index": cumulative(file_index.checked),
         "reading the changed files": cumulative(fleet_report._read),
         "counting the changed jobs' records from their parts": cumulative(
             fleet_report._count_parts

@@ -47,9 +47,9 @@ def is_record_name(name: str) -> bool:
 # headers), _record_files.read_files does for CHUNK names at a time what
 # read_record does, in one call: the same flags (no link followed, no FIFO
 # waited on), the same key (st_size, st_mtime_ns, st_ino) from the same
-# stat, the same reasons for a file it does not read; and scan_directory
-# does what scan does, listing and checking keys in threads of its own.
-# Only the decoding stays in Python. Without the extension (the source tree)
+# stat, the same reasons for a file it does not read; scan_directory lists
+# as scan does, and check_listed checks the keys as checked does, in
+# threads of its own. Only the decoding stays in Python. Without the extension (the source tree)
 # the Python path does it all: the same report. test_report_cache.py
 # (TestCompiledFileReading) holds the two to each other on directories of
 # every kind of entry, cached and not.
@@ -170,39 +170,34 @@ def scan(directory_fd: int, index, skipped: Counter) -> Tuple[bytes, bytearray]:
     unchanged): lists the directory, counting entries that are no regular
     file in `skipped`; a name `index` (names, keys: Note [The files' index])
     holds whose key is unchanged (from lstat, no link followed) and that is
-    still a regular file is not to be read. None: every record name is."""
-    names, keys = index if index is not None else (b"", array("q"))
-    unchanged = bytearray(len(keys) // FIELDS)
+    still a regular file is not to be read (checked). None: every record
+    name is."""
     if scan_directory is not None:
-        listed, links, others = scan_directory(directory_fd, names, keys, unchanged)
+        listed, links, others = scan_directory(directory_fd)
         if links:
             skipped["symbolic link"] += links
         if others:
             skipped["not a regular file"] += others
-        return listed, unchanged
-    position = {name: i for i, name in enumerate(names.split(b"/")[:-1])} if names else {}
-    listed = bytearray()
-    # From the start, whoever listed this descriptor before (os.scandir
-    # lists from where its offset is, which it shares).
-    os.lseek(directory_fd, 0, os.SEEK_SET)
-    with os.scandir(directory_fd) as entries:
-        for entry in entries:
-            if not is_record_name(entry.name):
-                continue
-            if entry.is_symlink():
-                skipped["symbolic link"] += 1
-                continue
-            if not entry.is_file(follow_symlinks=False):
-                skipped["not a regular file"] += 1
-                continue
-            encoded = entry.name.encode("utf-8", "surrogateescape")
-            i = position.get(encoded)
-            if i is not None and _key_unchanged(directory_fd, encoded, keys, i):
-                unchanged[i] = 1
-                continue
-            listed += encoded
-            listed += b"/"
-    return bytes(listed), unchanged
+    else:
+        listed = bytearray()
+        # From the start, whoever listed this descriptor before (os.scandir
+        # lists from where its offset is, which it shares).
+        os.lseek(directory_fd, 0, os.SEEK_SET)
+        with os.scandir(directory_fd) as entries:
+            for entry in entries:
+                if not is_record_name(entry.name):
+                    continue
+                if entry.is_symlink():
+                    skipped["symbolic link"] += 1
+                elif not entry.is_file(follow_symlinks=False):
+                    skipped["not a regular file"] += 1
+                else:
+                    listed += entry.name.encode("utf-8", "surrogateescape")
+                    listed += b"/"
+        listed = bytes(listed)
+    if index is None or not index[0]:
+        return listed, bytearray(0 if index is None else len(index[1]) // FIELDS)
+    return checked(directory_fd, listed, index)
 
 
 def _key_unchanged(directory_fd: int, name: bytes, keys: array, i: int) -> bool:
@@ -217,9 +212,9 @@ def _key_unchanged(directory_fd: int, name: bytes, keys: array, i: int) -> bool:
 
 
 def checked(directory_fd: int, listed: bytes, index) -> Tuple[bytes, bytearray]:
-    """scan(directory_fd, index, ...) of the names `listed` (as
-    scan(directory_fd, None, ...) gave them, before the index was loaded:
-    Note [Loading the cache while listing], fleet_report.py)."""
+    """scan's outcome for the names `listed` (as scan(directory_fd, None,
+    ...) gave them, maybe before the index was loaded: Note [Loading the
+    cache while listing], fleet_report.py) and `index` (names, keys)."""
     names, keys = index
     unchanged = bytearray(len(keys) // FIELDS)
     if check_listed is not None:

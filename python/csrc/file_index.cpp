@@ -321,7 +321,6 @@ enum class Outcome { kDone, kOsError, kNoMemory, kNoThread };
 // be listed. No interpreter call: runs without the GIL.
 bool list_directory(
     int directory_fd,
-    const NameTable& position,
     ListedNames& listed,
     Py_ssize_t& links,
     Py_ssize_t& not_regular) {
@@ -359,10 +358,7 @@ bool list_directory(
     } else if (type != DT_REG) {
       ++not_regular;
     } else {
-      listed.add(
-          entry->d_name,
-          length,
-          position.find(std::string_view(entry->d_name, length)));
+      listed.add(entry->d_name, length, -1);
     }
   }
   closedir(dir);
@@ -577,53 +573,37 @@ PyObject* pack_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4) {
-    PyErr_SetString(
-        PyExc_TypeError,
-        "scan_directory(directory_fd, names, keys, unchanged)");
+  if (nargs != 1) {
+    PyErr_SetString(PyExc_TypeError, "scan_directory(directory_fd)");
     return nullptr;
   }
   const int directory_fd = PyObject_AsFileDescriptor(args[0]);
   if (directory_fd < 0) {
     return nullptr;
   }
-  Buffers buffers;
-  Index index;
-  if (!index_of(buffers, args[1], args[2], args[3], &index)) {
-    return nullptr;
-  }
   try {
-    const NameTable position(index.names);
     ListedNames listed;
     Py_ssize_t links = 0, not_regular = 0;
     Outcome outcome = Outcome::kDone;
     int error = 0;
     Py_BEGIN_ALLOW_THREADS;
     try {
-      if (!list_directory(directory_fd, position, listed, links, not_regular)) {
+      if (!list_directory(directory_fd, listed, links, not_regular)) {
         outcome = Outcome::kOsError;
         error = errno;
-      } else {
-        check_all_keys(directory_fd, index, listed);
       }
     } catch (const std::bad_alloc&) {
       outcome = Outcome::kNoMemory;
-    } catch (const std::system_error&) {
-      outcome = Outcome::kNoThread;
     }
     Py_END_ALLOW_THREADS;
     if (outcome == Outcome::kNoMemory) {
       return PyErr_NoMemory();
     }
-    if (outcome == Outcome::kNoThread) {
-      PyErr_SetString(PyExc_RuntimeError, "could not start a thread");
-      return nullptr;
-    }
     if (outcome == Outcome::kOsError) {
       errno = error;
       return PyErr_SetFromErrno(PyExc_OSError);
     }
-    const Ref out(names_to_read(listed, index));
+    const Ref out(names_to_read(listed, Index()));
     return out.p == nullptr ? nullptr
                             : Py_BuildValue("(Onn)", out.p, links, not_regular);
   } catch (const std::bad_alloc&) {

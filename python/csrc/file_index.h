@@ -11,8 +11,8 @@
 
 namespace autograd_device_logging_report {
 
-// scan_directory(directory_fd, names, keys, unchanged) -> (names to read,
-// symbolic links, other entries that are no regular file).
+// scan_directory(directory_fd) -> (the record names listed, "/"-ended; symbolic
+// links, other entries that are no regular file).
 PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // pack_entries(records, groups, places) -> the index entries (Note [The
 // files' index]) of records [(name, (size, mtime_ns, inode), record)] counted
@@ -20,8 +20,8 @@ PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // as int64s.
 PyObject* pack_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // check_listed(directory_fd, listed, names, keys, unchanged) -> the names of
-// `listed` ("/"-ended, as scan_directory lists them) to read: the second
-// half of scan_directory, for names listed before the index was loaded.
+// `listed` ("/"-ended, as scan_directory lists them) whose key changed or
+// that the index has not; the others' entries become unchanged.
 PyObject* check_listed(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // changed_groups(names, keys, unchanged) -> ({jobs' groups of changed
 // entries}, {skipped files' group: unchanged entries}).

@@ -206,11 +206,11 @@ PyMethodDef kMethods[] = {
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::scan_directory)),
      METH_FASTCALL,
-     "scan_directory(directory_fd, names, keys, unchanged)\n"
-     "-> (names to read, symbolic links, not regular files)\n"
+     "scan_directory(directory_fd)\n"
+     "-> (record names, symbolic links, not regular files)\n"
      "\n"
-     "Lists the directory's record names; sets unchanged[i] for the index's\n"
-     "entries whose file is a regular file of the same key (file_index.scan)."},
+     "Lists the directory's record names, \"/\"-ended (file_index.scan);\n"
+     "check_listed then compares them with an index."},
     {"changed_groups",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::changed_groups)),
