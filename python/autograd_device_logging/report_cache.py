@@ -435,16 +435,22 @@ class CacheWriter:
 
     def abandon(self) -> None:
         """Leaves the cache as it was."""
-        if self.file is not None:
-            try:
-                self.file.close()
-            except OSError:
-                pass
-            self.file = None
+        self.file = _closed(self.file)
         try:
             os.unlink(self.temporary, dir_fd=self.cache._fd)
         except OSError:
             pass
+
+
+def _closed(file) -> None:
+    """Closes `file` (None: none), a cache file being given up or done
+    with, whose close may fail (a full disk): None, for its holder."""
+    if file is not None:
+        try:
+            file.close()
+        except OSError:
+            pass
+    return None
 
 
 # Note [A record's part, kept]
@@ -519,11 +525,7 @@ class PartsLog:
     def close(self) -> None:
         """Closes the log; one that holds no part goes (no entry names it)."""
         if self.file is not None:
-            try:
-                self.file.close()
-            except OSError:
-                pass
-            self.file = None
+            self.file = _closed(self.file)
             if not self.offset:
                 try:
                     os.unlink(self.name, dir_fd=self.cache._fd)
