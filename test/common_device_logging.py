@@ -68,14 +68,17 @@ def autograd_events(stderr):
 
 
 def built_with_simdjson() -> bool:
-    """Whether the build under test found simdjson, so that it has the
+    """Whether the build under test found simdjson and zlib, so that it has the
     report's compiled reading of the measured pairs (Note [The pairs' values
     in compiled code], record_decoder.py): found, and not sanitized."""
     with open(os.path.join(BUILD_DIR, "CMakeCache.txt")) as f:
         cache = f.read()
-    found = re.search(r"^simdjson_DIR:PATH=(.*)$", cache, re.M)
+    found = [
+        re.search(rf"^{name}:PATH=(.*)$", cache, re.M)
+        for name in ("simdjson_DIR", "ZLIB_INCLUDE_DIR")
+    ]
     sanitized = re.search(r"^AUTOGRAD_DEVICE_LOGGING_SANITIZER:STRING=(.+)$", cache, re.M)
-    return bool(found and not found.group(1).endswith("-NOTFOUND") and not sanitized)
+    return all(f and not f.group(1).endswith("-NOTFOUND") for f in found) and not sanitized
 
 
 def built_unsanitized() -> bool:

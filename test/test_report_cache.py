@@ -8,6 +8,7 @@ in which the records are read."""
 import array
 import collections
 import contextlib
+import functools
 import io
 import json
 import marshal
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import unittest.mock
+import zlib
 
 from common_device_logging import built_unsanitized, child_env, report_modules, synthetic_record
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -419,11 +421,18 @@ class TestReportCache(TestCase):
             decoded.append(fields[report.file_index.JOB])
             return fields
 
+        def keeping(*args):
+            # Note [Keeping a chunk's records in compiled code]: the plain
+            # records are decoded there, each with its job given back.
+            kept = keep_records(*args)
+            decoded.extend(kept[3])
+            return kept
+
         def counting(self, record):
             counted.append(record.job)
             return add(self, record)
 
-        decode_fields, add = reader.decode_fields, totals.add
+        decode_fields, keep_records, add = reader.decode_fields, reader.keep_records, totals.add
         self.rewrite_in_place("j3-r2.json")  # now in j4
         self.write("j6-r9.json", dict(random_record(self.rng, 0), job="j6", role="other"))
         os.unlink(os.path.join(self.dir, "j1-r0.json"))
@@ -431,6 +440,7 @@ class TestReportCache(TestCase):
             # Note [Counting from the parts, job by job]: with the cache,
             # the files read are decoded to their fields and kept.
             unittest.mock.patch.object(reader, "decode_fields", decoding),
+            unittest.mock.patch.object(reader, "keep_records", keep_records and keeping),
             unittest.mock.patch.object(totals, "add", counting),
         ):
             cache = self.cache()
@@ -501,9 +511,21 @@ class TestCompiledFileReading(TestCase):
         for name in names:
             value = getattr(index, name) if compiled else None
             stack.enter_context(unittest.mock.patch.object(index, name, value))
+        reader = report.record_reader
+        stack.enter_context(
+            unittest.mock.patch.object(reader, "read_files", index.read_files if compiled else None)
+        )
+        # Note [Keeping a chunk's records in compiled code] and Note [Loading
+        # a run of parts in compiled code]
         stack.enter_context(
             unittest.mock.patch.object(
-                report.record_reader, "read_files", index.read_files if compiled else None
+                reader, "keep_records", reader.keep_records if compiled else None
+            )
+        )
+        fleet_report = report.fleet_report
+        stack.enter_context(
+            unittest.mock.patch.object(
+                fleet_report, "load_parts", fleet_report.load_parts if compiled else None
             )
         )
         return stack
@@ -563,17 +585,33 @@ class TestCompiledFileReading(TestCase):
         """The state the report's cache under `root` holds."""
         cache = report.report_cache.ReportCache(self.dir, root)
         state = cache.load((None, None, None, False))
-        cache.close()
+        self.addCleanup(cache.close)
         self.assertEqual(cache.problems, [], compiled)
         names, keys = state[0].split(b"/")[:-1], array.array("q", bytes(state[1]))
-        # The parts' logs and offsets are each run's own: their CRCs and
-        # lengths are the same.
+        # The parts' logs and offsets are each run's own, and marshal may
+        # write the same tuple's references differently: what each part
+        # reads back as is the same.
         fields = report.file_index.FIELDS
+        cache_name = cache.name_of((None, None, None, False))
+        logs = {}
+        self.addCleanup(lambda: [os.close(fd) for fd in logs.values()])
+
+        def part_at(log_and_crc, span):
+            if not log_and_crc:
+                return None
+            log = log_and_crc >> 32
+            if log not in logs:
+                logs[log] = cache.open_log(cache_name, log)
+            length = span & 0xFFFFFF
+            part = os.pread(logs[log], length, span >> 24)
+            self.assertEqual(zlib.crc32(part), log_and_crc & 0xFFFFFFFF)
+            return marshal.loads(part)
+
         entries = sorted(
             zip(
                 names,
                 (
-                    (*keys[i : i + 4], keys[i + 4] & 0xFFFFFFFF, keys[i + 5] & 0xFFFFFF)
+                    (*keys[i : i + 4], part_at(keys[i + 4], keys[i + 5]))
                     for i in range(0, len(keys), fields)
                 ),
             )
@@ -614,6 +652,138 @@ class TestCompiledFileReading(TestCase):
                 if round % 2
                 else self.write(os.path.basename(victim), "[")
             )
+
+    def kept_log(self):
+        """(a part log in a fresh cache with the parts of the directory's
+        records, their fields, (group, place, span) triples, open_log)."""
+        cache = report.report_cache.ReportCache(self.dir, os.path.join(self.tmp.name, "parts"))
+        self.addCleanup(cache.close)
+        name = cache.name_of((None, None, None, False))
+        log = report.report_cache.PartsLog(cache, name)
+        self.assertTrue(log.log)
+        fields = []
+        for n in sorted(os.listdir(self.dir)):
+            if n.startswith("r"):
+                with open(os.path.join(self.dir, n), "rb") as f:
+                    fields.append(report.record_decoder.decode_fields(f.read()))
+        places = log.extend(fields)
+        # A part whose CRC is right but that is no record's fields.
+        stray = marshal.dumps(("a", "tuple"))
+        offset = log.offset
+        self.assertTrue(log.append(stray))
+        log.close()
+        stray_place = (
+            log.log << 32 | zlib.crc32(stray),
+            offset << report.file_index.SPAN_LENGTH_BITS | len(stray),
+        )
+        spans = array.array(
+            "q", [v for i, place in enumerate(places + [stray_place]) for v in (i // 2, *place)]
+        )
+        return fields, spans, functools.partial(cache.open_log, name)
+
+    def test_parts_load_back_as_kept_or_not_at_all(self):
+        # Note [Loading a run of parts in compiled code]: each part as the
+        # fields it was kept from, or None at the first that cannot be.
+        load_parts = report.record_decoder.load_parts
+        if load_parts is None:
+            self.skipTest("no _record_decoding in this build (no simdjson or zlib, or sanitized)")
+        fields, spans, open_log = self.kept_log()
+        count = len(fields)
+        self.assertGreater(count, 10)
+        record_fields = report.record_fields.RecordFields
+        fds = {}
+        self.addCleanup(lambda: [os.close(fd) for fd in fds.values() if fd is not None])
+
+        def load(spans, begin, end, opener=open_log):
+            return load_parts(spans, begin, end, fds, opener, record_fields)
+
+        loaded = load(spans, 0, count)
+        self.assertEqual(loaded, fields)
+        self.assertTrue(all(type(r) is record_fields for r in loaded))
+        self.assertEqual(load(spans.tobytes(), 3, 7), fields[3:7])
+        self.assertEqual(load(spans, 5, 5), [])
+        self.assertEqual(len(fds), 1)
+        self.assertIsNone(load(spans, 0, count + 1), "no record's fields")
+        for at, change in ((1, lambda v: 0), (1, lambda v: v ^ 1), (2, lambda v: v + 1)):
+            # No part kept, a CRC that differs, a part longer than its log.
+            broken = array.array("q", spans)
+            i = 3 * (count - 1) + at
+            broken[i] = change(broken[i])
+            self.assertIsNone(load(broken, 0, count), at)
+            self.assertEqual(load(broken, 0, count - 1), fields[:-1])
+        fds.clear()
+        self.assertIsNone(load(spans, 0, 1, lambda log: None), "a log that cannot be opened")
+        with self.assertRaises(ValueError):
+            load(spans, 2, count + 2)
+        fds.clear()
+        with self.assertRaises(ZeroDivisionError):
+            load(spans, 0, 1, lambda log: 1 // 0)
+
+    def test_a_file_is_read_in_one_read(self):
+        # Note [A file is read to the size its key says]: a read that brings
+        # the size fstat gave ends the file's reading; asking again for its
+        # end was a tenth of reading a file.
+        if not os.path.exists("/proc/self/io"):
+            self.skipTest("no /proc/self/io to count read calls in")
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, fd)
+        names = [n.encode() for n in sorted(os.listdir(self.dir)) if n.startswith("r")]
+        limit = report.record_reader.MAX_RECORD_BYTES
+
+        def reads():
+            with open("/proc/self/io", "rb", buffering=0) as f:
+                return int(dict(line.split(b": ") for line in f.read().splitlines())[b"syscr"])
+
+        outcomes = []
+        counted = []
+        # What reading /proc/self/io itself counts.
+        itself = -reads() + reads()
+        with self.compiled(True):
+            for read in (
+                lambda: report.file_index.read_files(fd, names, None, limit)[0],
+                lambda: report.record_decoder.keep_records(fd, names, limit, 0, 0)[3],
+            ):
+                before = reads()
+                outcomes.append(read())
+                counted.append(reads() - before)
+        self.assertEqual(len(outcomes[0]), len(names))
+        self.assertTrue(all(type(what) is bytes for _, what in outcomes[0]))
+        self.assertEqual(len(outcomes[1]), len(names))
+        self.assertEqual(counted, [len(names) + itself] * 2)
+
+    def test_parts_that_cannot_be_written_leave_no_place_in_their_entries(self):
+        # Note [A record's part, kept]: a log that fails to write (a full
+        # disk) is closed, and its files' entries name no part.
+        class Full(io.RawIOBase):
+            def writable(self):
+                return True
+
+            def write(self, data):
+                raise OSError(28, "No space left on device")
+
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, fd)
+        listed = report.file_index.scan(fd, None, collections.Counter())[0]
+        for compiled in (True, False):
+            with self.compiled(compiled):
+                cache = report.report_cache.ReportCache(
+                    self.dir, os.path.join(self.tmp.name, f"full-{compiled}")
+                )
+                self.addCleanup(cache.close)
+                log = report.report_cache.PartsLog(cache, cache.name_of((None, None, None, False)))
+                log.file.close()
+                log.file = Full()
+                entries = report.file_index.IndexEntries()
+                files = sum(
+                    report.record_reader.keep_named(fd, listed, collections.Counter(), entries, log)
+                )
+            self.assertEqual(files, listed.count(b"/"))
+            self.assertIsNone(log.file, compiled)
+            keys = array.array("q", entries.take()[1])
+            fields = report.file_index.FIELDS
+            self.assertGreater(len(keys) // fields, 40, compiled)
+            self.assertEqual(set(keys[report.file_index.PART_LOG :: fields]), {0}, compiled)
+            self.assertEqual(set(keys[report.file_index.PART_SPAN :: fields]), {0}, compiled)
 
     def test_the_index_operations_agree(self):
         # Note [The files' index]: each bulk operation, compiled and in

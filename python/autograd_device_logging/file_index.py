@@ -78,6 +78,17 @@ SPAN_LENGTH_BITS = 24
 GROUP_BYTES = 8
 
 
+def without_parts(keys: bytes) -> bytes:
+    """Packed entries (FIELDS int64 each) saying no part: their parts could
+    not be written."""
+    packed = array("q")
+    packed.frombytes(keys)
+    count = len(packed) // FIELDS
+    packed[PART_LOG::FIELDS] = array("q", bytes(8 * count))
+    packed[PART_SPAN::FIELDS] = array("q", bytes(8 * count))
+    return packed.tobytes()
+
+
 def group_of(name: str, reason: bool = False) -> int:
     """The group of a job's records, or of the files skipped for `reason`
     (Note [The files' index]), as a signed 64-bit int."""
@@ -147,6 +158,21 @@ class IndexEntries:
                 )
             ]
         )
+
+    def extend_packed(self, names: bytes, keys: bytes, jobs: list) -> None:
+        """The entries of files kept in compiled code (record_decoding's
+        keep_records): their names ("/"-ended), their entries packed with
+        no group, and the job each record counts in."""
+        if not jobs:
+            return
+        memo = self._jobs
+        for job in set(jobs).difference(memo):
+            memo[job] = group_of(job)
+        packed = array("q")
+        packed.frombytes(keys)
+        packed[GROUP::FIELDS] = array("q", [memo[job] for job in jobs])
+        self.names += names
+        self.keys.extend(packed)
 
     def size(self) -> int:
         return len(self.keys) // FIELDS

@@ -63,8 +63,9 @@ from .file_index import (
 )
 from .fleet_report_options import make_parser, table_width
 from .fleet_totals import ALL_JOBS, Assembled, FleetTotals, finished_jobs, kept_job
+from .record_decoder import load_parts
 from .record_fields import RecordFields
-from .record_reader import CHUNK, chunks_of, open_directory, read_named
+from .record_reader import CHUNK, chunks_of, keep_named, open_directory, read_named
 from .report_cache import PartsLog, ReportCache, inside
 from .report_text import format_table
 
@@ -203,12 +204,14 @@ def _read_here(
     `parts` is given, only their skipped files: the records are counted
     from their parts, Note [Counting from the parts, job by job]);
     `between(files)` runs after each BATCH files with how many were read."""
+    if parts is not None:
+        for files in keep_named(directory_fd, names, totals.skipped, entries, parts):
+            between(files)
+        return
     seen = 0
-    records = read_named(directory_fd, names, totals.skipped, entries, parts)
-    add = totals.add if parts is None else None
-    for seen, record in enumerate(records, 1):
-        if add is not None:
-            add(record)
+    add = totals.add
+    for seen, record in enumerate(read_named(directory_fd, names, totals.skipped, entries), 1):
+        add(record)
         if seen % BATCH == 0:
             between(BATCH)
     between(seen % BATCH)
@@ -399,6 +402,8 @@ def _read(directory, directory_fd, todo: list, workers, totals, sink, shown, log
 # not as its CRC says makes the report start again from the files alone
 # (assemble_directory), with one line.
 JOBS_PER_HAND_OVER = 1000
+# Parts loaded at a time (then up to the end of a group).
+PARTS_PER_LOAD = 4096
 
 
 class _Counters:
@@ -486,42 +491,71 @@ def _count_here(cache, cache_name, spans: bytes, options, hand_over) -> bool:
     places = array("q")
     places.frombytes(spans)
     totals = FleetTotals(*options)
-    logs = {}
+    logs: Dict[int, Optional[int]] = {}
+    add = totals.add
+    count = len(places) // 3
+    try:
+        if load_parts is None:
+            return _count_in_python(cache, cache_name, places, totals, logs, hand_over)
+        groups = places[0::3]
+        start = 0
+        open_log = partial(cache.open_log, cache_name)
+        while start < count:
+            # A run of whole groups (Note [Loading a run of parts in
+            # compiled code], record_decoding.cpp), whose jobs are then
+            # whole; handed over every JOBS_PER_HAND_OVER groups or so.
+            end = min(count, start + PARTS_PER_LOAD)
+            while end < count and groups[end] == groups[end - 1]:
+                end += 1
+            loaded = load_parts(places, start, end, logs, open_log, RecordFields)
+            if loaded is None:
+                return False
+            for fields in loaded:
+                add(fields)
+            del loaded
+            if len(totals.jobs) >= JOBS_PER_HAND_OVER:
+                hand_over(finished_jobs(totals))
+            start = end
+        hand_over(finished_jobs(totals))
+        return True
+    finally:
+        for fd in logs.values():
+            if fd is not None:
+                os.close(fd)
+
+
+def _count_in_python(cache, cache_name, places, totals, logs, hand_over) -> bool:
+    """_count_here's loop, without the compiled loading."""
     loads, crc32, pread = marshal.loads, zlib.crc32, os.pread
     # RecordFields._make without its frame: a part is a tuple of the fields.
     new, fields_type = tuple.__new__, RecordFields
     add = totals.add
     current, groups = None, 0
     log = fd = None
-    try:
-        triples = iter(places)
-        for group, place, span in zip(triples, triples, triples):
-            if group != current:
-                # The jobs of the groups before are whole.
-                current = group
-                groups += 1
-                if groups % JOBS_PER_HAND_OVER == 0:
-                    hand_over(finished_jobs(totals))
-            if place >> 32 != log:
-                if not place:
-                    return False
-                log = place >> 32
-                fd = logs.get(log)
-                if fd is None:
-                    fd = cache.open_log(cache_name, log)
-                    if fd is None:
-                        return False
-                    logs[log] = fd
-            length = span & _LENGTH
-            part = pread(fd, length, span >> SPAN_LENGTH_BITS)
-            if len(part) != length or crc32(part) != place & 0xFFFFFFFF:
+    triples = iter(places)
+    for group, place, span in zip(triples, triples, triples):
+        if group != current:
+            # The jobs of the groups before are whole.
+            current = group
+            groups += 1
+            if groups % JOBS_PER_HAND_OVER == 0:
+                hand_over(finished_jobs(totals))
+        if place >> 32 != log:
+            if not place:
                 return False
-            add(new(fields_type, loads(part)))
-        hand_over(finished_jobs(totals))
-        return True
-    finally:
-        for fd in logs.values():
-            os.close(fd)
+            log = place >> 32
+            if log not in logs:
+                logs[log] = cache.open_log(cache_name, log)
+            fd = logs[log]
+            if fd is None:
+                return False
+        length = span & _LENGTH
+        part = pread(fd, length, span >> SPAN_LENGTH_BITS)
+        if len(part) != length or crc32(part) != place & 0xFFFFFFFF:
+            return False
+        add(new(fields_type, loads(part)))
+    hand_over(finished_jobs(totals))
+    return True
 
 
 _LENGTH = (1 << SPAN_LENGTH_BITS) - 1

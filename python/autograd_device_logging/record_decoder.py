@@ -92,9 +92,15 @@ except ImportError:
     msgspec = None
 
 try:
-    from ._record_decoding import pairs_values, record_fields, set_vocabulary
+    from ._record_decoding import (
+        keep_records,
+        load_parts,
+        pairs_values,
+        record_fields,
+        set_vocabulary,
+    )
 except ImportError:  # Note [The pairs' values in compiled code]
-    pairs_values = record_fields = None
+    keep_records = load_parts = pairs_values = record_fields = None
 else:
     assert list(EVENT_BITS.values()) == [1 << i for i in range(len(EVENT_BITS))]
     set_vocabulary(tuple(EVENT_BITS), tuple(CLASSES), MAX_PAIRS)

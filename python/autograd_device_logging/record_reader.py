@@ -11,8 +11,8 @@ import stat
 from collections import Counter
 from typing import Iterator, List, Optional, Tuple
 
-from .file_index import IndexEntries, Key, is_record_name, read_files, scan
-from .record_decoder import decode, decode_fields
+from .file_index import IndexEntries, Key, is_record_name, read_files, scan, without_parts
+from .record_decoder import decode, decode_fields, keep_records
 from .record_fields import Record, Skip
 
 __all__ = ["is_record_name", "open_directory", "read_named", "read_record", "read_records"]
@@ -126,35 +126,78 @@ def read_named(
     what is not a record is counted in `skipped`."""
     chunks = chunks_of(names) if isinstance(names, bytes) else names
     chunks.reverse()
-    buffer = None if read_files is not None else bytearray(MAX_RECORD_BYTES + 1)
-    decoding = decode if parts is None else decode_fields
     while chunks:
         chunk = chunks.pop()[:-1].split(b"/")
-        if buffer is None:
+        yield from _read_chunk(directory_fd, chunk, None, skipped, entries, parts)
+
+
+def keep_named(
+    directory_fd: int, names, skipped: Counter, entries: IndexEntries, parts
+) -> Iterator[int]:
+    """read_named's reading where each record's part is kept in `parts` and
+    nothing counts the records: how many files each chunk held, as each is
+    done. Each chunk is kept in compiled code where the package was built
+    with it (Note [Keeping a chunk's records in compiled code],
+    record_decoding.cpp)."""
+    chunks = chunks_of(names) if isinstance(names, bytes) else names
+    chunks.reverse()
+    while chunks:
+        chunk = chunks.pop()[:-1].split(b"/")
+        files = len(chunk)
+        outcomes = None
+        if keep_records is not None and read_files is not None:
+            log = parts.log if parts.file is not None else 0
+            kept, kept_names, keys, jobs, others = keep_records(
+                directory_fd, chunk, MAX_RECORD_BYTES, log, parts.offset
+            )
+            if kept and not parts.append(kept):
+                keys = without_parts(keys)
+            entries.extend_packed(kept_names, keys, jobs)
+            chunk = [name for name, _, _ in others]
+            outcomes = [(key, what) for _, key, what in others]
+        for _ in _read_chunk(directory_fd, chunk, outcomes, skipped, entries, parts):
+            pass
+        yield files
+
+
+def _read_chunk(
+    directory_fd: int,
+    chunk: List[bytes],
+    outcomes: Optional[list],
+    skipped: Counter,
+    entries: Optional[IndexEntries],
+    parts,
+) -> Iterator[Record]:
+    """read_named's records of the files `chunk` names, whose read_files
+    outcomes are `outcomes` (None: read them here)."""
+    decoding = decode if parts is None else decode_fields
+    if outcomes is None:
+        if read_files is not None:
             outcomes = read_files(directory_fd, chunk, None, MAX_RECORD_BYTES)[0]
         else:
+            buffer = bytearray(MAX_RECORD_BYTES + 1)
             outcomes = [_read_outcome(name, directory_fd, buffer, decoding) for name in chunk]
-        # The chunk's records, kept in bulk at its end: (name, key, record).
-        kept = []
-        for name, (key, what) in zip(chunk, outcomes):
-            if type(what) is bytes:
-                try:
-                    what = decoding(what)
-                except Skip as e:
-                    what = e.args[0]
-                except (ValueError, RecursionError):
-                    # Not UTF-8, not JSON, or nested too deep.
-                    what = "malformed: not JSON"
-            if type(what) is not str:
-                if entries is not None:
-                    kept.append((name, key, what))
-                yield what
-                continue
-            skipped[what] += 1
-            if entries is not None and key is not None:
-                entries.skip(name, key, what)
-        if kept:
-            _keep(kept, entries, parts)
+    # The chunk's records, kept in bulk at its end: (name, key, record).
+    kept = []
+    for name, (key, what) in zip(chunk, outcomes):
+        if type(what) is bytes:
+            try:
+                what = decoding(what)
+            except Skip as e:
+                what = e.args[0]
+            except (ValueError, RecursionError):
+                # Not UTF-8, not JSON, or nested too deep.
+                what = "malformed: not JSON"
+        if type(what) is not str:
+            if entries is not None:
+                kept.append((name, key, what))
+            yield what
+            continue
+        skipped[what] += 1
+        if entries is not None and key is not None:
+            entries.skip(name, key, what)
+    if kept:
+        _keep(kept, entries, parts)
 
 
 def _keep(kept: list, entries: IndexEntries, parts) -> None:

@@ -480,7 +480,7 @@ class PartsLog:
 
     def __init__(self, cache: ReportCache, cache_name: str):
         self.file = None
-        self.log = 0
+        self.log = self.offset = 0
         if not cache._open():
             # Only ever in the cache's folder: without it, no log.
             return
@@ -510,17 +510,27 @@ class PartsLog:
         if self.file is None:
             return [(0, 0)] * len(fields)
         parts = [marshal.dumps(f) for f in fields]
-        try:
-            self.file.write(b"".join(parts))
-        except OSError:
-            self.close()
-            return [(0, 0)] * len(fields)
         log, offset, places = self.log << 32, self.offset, []
+        if not self.append(b"".join(parts)):
+            return [(0, 0)] * len(fields)
         for part in parts:
             places.append((log | zlib.crc32(part), offset << SPAN_LENGTH_BITS | len(part)))
             offset += len(part)
-        self.offset = offset
         return places
+
+    def append(self, parts: bytes) -> bool:
+        """Appends parts made elsewhere (record_decoding's keep_records,
+        for this log at its offset); False where they could not be written,
+        and the log is closed."""
+        if self.file is None:
+            return False
+        try:
+            self.file.write(parts)
+        except OSError:
+            self.close()
+            return False
+        self.offset += len(parts)
+        return True
 
     def close(self) -> None:
         """Closes the log; one that holds no part goes (no entry names it)."""

@@ -9,10 +9,15 @@
 #include <Python.h>
 
 #include "python_reference.h"
+#include "record_file_reading.h"
 
+#include <marshal.h>
 #include <simdjson.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -39,6 +44,9 @@ struct Scratch {
 // At most this many class names are kept: a fleet has a few.
 constexpr size_t kClassNamesKept = 16;
 
+using autograd_device_logging_report::mtime_ns_of;
+using autograd_device_logging_report::read_record_file;
+using autograd_device_logging_report::RecordFile;
 using autograd_device_logging_report::Ref;
 
 Scratch& scratch() {
@@ -401,6 +409,11 @@ struct Decoded {
       pass_classes{nullptr}, other_classes{nullptr}, torch{nullptr},
       disabled_reason{nullptr}, placement{nullptr};
 };
+
+// Where the job is in the fields tuple (file_index.JOB), and how many
+// fields it has (record_fields.Record.__slots__).
+constexpr Py_ssize_t kJobSlot = 1;
+constexpr size_t kRecordSlots = 16;
 
 PyObject* owned(PyObject* o) {
   if (o == nullptr) {
@@ -801,6 +814,304 @@ PyObject* record_fields(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return out;
 }
 
+// Note [Keeping a chunk's records in compiled code]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Where the report keeps the records' parts (Note [A record's part, kept],
+// report_cache.py), reading a record is: read its file, decode its fields
+// (fields_of), write the fields tuple in marshal to the log, take its CRC-32
+// and pack its index entry (Note [The files' index], file_index.py). In
+// Python, around the compiled reading and decoding, that cost about 3 us a
+// record (a loop, a tuple per outcome, marshal and zlib called per part): a
+// fifth of a cold report's reading. keep_records does all of it for a chunk
+// of names in one call and gives back what the log and the index take as
+// buffers. What it does not keep (a file skipped, or a record fields_of
+// leaves to the Python path) it gives back as read_files' outcome, and
+// record_reader.keep_named handles those as before; so every file ends as it
+// would in Python. A part is marshal's bytes of the same tuple, which
+// marshal.loads reads back as record_decoder.decode_fields gives it.
+constexpr int kSpanLengthBits = 24;
+
+PyObject* keep_records(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_SetString(
+        PyExc_TypeError,
+        "keep_records(directory_fd, names, max_bytes, log, offset)");
+    return nullptr;
+  }
+  if (!vocabulary().set) {
+    PyErr_SetString(PyExc_RuntimeError, "set_vocabulary() first");
+    return nullptr;
+  }
+  const int directory_fd = PyObject_AsFileDescriptor(args[0]);
+  if (directory_fd < 0) {
+    return nullptr;
+  }
+  PyObject* names = args[1];
+  if (!PyList_Check(names)) {
+    PyErr_SetString(PyExc_TypeError, "names must be a list of bytes");
+    return nullptr;
+  }
+  const Py_ssize_t max_bytes = PyLong_AsSsize_t(args[2]);
+  const long long log = PyLong_AsLongLong(args[3]);
+  const long long offset = PyLong_AsLongLong(args[4]);
+  if (PyErr_Occurred()) {
+    return nullptr;
+  }
+  if (max_bytes < 0 || log < 0 || log >= (1LL << 31) || offset < 0) {
+    PyErr_SetString(PyExc_ValueError, "max_bytes, log or offset out of range");
+    return nullptr;
+  }
+  Ref jobs(PyList_New(0)), others(PyList_New(0));
+  if (jobs.p == nullptr || others.p == nullptr) {
+    return nullptr;
+  }
+  try {
+    std::vector<char> buffer(size_t(max_bytes) + 1);
+    std::string parts, kept_names;
+    std::vector<int64_t> keys;
+    Scratch& s = scratch();
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); ++i) {
+      PyObject* name = PyList_GET_ITEM(names, i);
+      if (!PyBytes_Check(name) ||
+          strlen(PyBytes_AS_STRING(name)) != size_t(PyBytes_GET_SIZE(name))) {
+        PyErr_SetString(PyExc_ValueError, "each name must be bytes, no null");
+        return nullptr;
+      }
+      const RecordFile f =
+          read_record_file(directory_fd, PyBytes_AS_STRING(name), buffer);
+      Ref key(
+          f.keyed ? Py_BuildValue(
+                        "(LLK)",
+                        static_cast<long long>(f.st.st_size),
+                        mtime_ns_of(f.st),
+                        static_cast<unsigned long long>(f.st.st_ino))
+                  : none());
+      if (key.p == nullptr) {
+        return nullptr;
+      }
+      Ref fields(nullptr);
+      if (f.reason == nullptr) {
+        fields.p = fields_of(s, {buffer.data(), f.filled});
+        if (fields.p == nullptr && PyErr_Occurred()) {
+          return nullptr;
+        }
+      }
+      Ref part(
+          fields.p == nullptr
+              ? nullptr
+              : PyMarshal_WriteObjectToString(fields.p, Py_MARSHAL_VERSION));
+      if (fields.p != nullptr && part.p == nullptr) {
+        return nullptr;
+      }
+      if (part.p == nullptr ||
+          PyBytes_GET_SIZE(part.p) >= (Py_ssize_t{1} << kSpanLengthBits)) {
+        // Not kept here: read_files' outcome, for the Python path.
+        Ref what(
+            f.reason != nullptr
+                ? PyUnicode_FromString(f.reason)
+                : PyBytes_FromStringAndSize(buffer.data(), f.filled));
+        if (what.p == nullptr) {
+          return nullptr;
+        }
+        Ref outcome(PyTuple_Pack(3, name, key.p, what.p));
+        if (outcome.p == nullptr || PyList_Append(others.p, outcome.p) != 0) {
+          return nullptr;
+        }
+        continue;
+      }
+      const char* bytes = PyBytes_AS_STRING(part.p);
+      const size_t length = size_t(PyBytes_GET_SIZE(part.p));
+      int64_t place = 0, span = 0;
+      if (log != 0) {
+        const uLong crc = crc32(
+            crc32(0L, Z_NULL, 0),
+            reinterpret_cast<const Bytef*>(bytes),
+            uInt(length));
+        place = int64_t(log) << 32 | int64_t(crc & 0xFFFFFFFFu);
+        span = int64_t(offset + int64_t(parts.size())) << kSpanLengthBits |
+            int64_t(length);
+      }
+      parts.append(bytes, length);
+      kept_names.append(
+          PyBytes_AS_STRING(name), size_t(PyBytes_GET_SIZE(name)));
+      kept_names.push_back('/');
+      // An inode number keeps its bits as a signed value (file_index.signed).
+      keys.insert(
+          keys.end(),
+          {int64_t(f.st.st_size),
+           int64_t(mtime_ns_of(f.st)),
+           static_cast<int64_t>(uint64_t(f.st.st_ino)),
+           0,
+           place,
+           span});
+      if (PyList_Append(jobs.p, PyTuple_GET_ITEM(fields.p, kJobSlot)) != 0) {
+        return nullptr;
+      }
+    }
+    return Py_BuildValue(
+        "(y#y#y#OO)",
+        parts.data(),
+        Py_ssize_t(parts.size()),
+        kept_names.data(),
+        Py_ssize_t(kept_names.size()),
+        reinterpret_cast<const char*>(keys.data()),
+        Py_ssize_t(keys.size() * sizeof(int64_t)),
+        jobs.p,
+        others.p);
+  } catch (const std::bad_alloc&) {
+    // No C++ exception crosses into the interpreter.
+    return PyErr_Occurred() ? nullptr : PyErr_NoMemory();
+  }
+}
+
+// Note [Loading a run of parts in compiled code]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Counting from the parts (Note [Counting from the parts, job by job],
+// fleet_report.py) reads each part back (os.pread), checks its CRC-32 and
+// loads it with marshal: in Python, a call each and the loop around them
+// cost about a microsecond a record, a fifth of counting. load_parts does
+// that for a run of (group, place, span) triples in one call, each part as a
+// RecordFields made as tuple.__new__ makes it, and gives None at the first
+// part that is missing, in a log that cannot be opened, short, not as its
+// CRC says, or not a record's fields: the caller then reads every file again.
+PyObject* load_parts(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6) {
+    PyErr_SetString(
+        PyExc_TypeError,
+        "load_parts(spans, begin, end, fds, open_log, fields_type)");
+    return nullptr;
+  }
+  PyObject* fds = args[3];
+  PyObject* open_log = args[4];
+  PyObject* fields_type = args[5];
+  if (!PyDict_Check(fds) || !PyType_Check(fields_type) ||
+      !PyType_IsSubtype(
+          reinterpret_cast<PyTypeObject*>(fields_type), &PyTuple_Type)) {
+    PyErr_SetString(
+        PyExc_TypeError, "fds must be a dict, fields_type a tuple type");
+    return nullptr;
+  }
+  const Py_ssize_t begin = PyLong_AsSsize_t(args[1]);
+  const Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+  if (PyErr_Occurred()) {
+    return nullptr;
+  }
+  Py_buffer view;
+  if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) != 0) {
+    return nullptr;
+  }
+  const int64_t* triples = static_cast<const int64_t*>(view.buf);
+  const Py_ssize_t count = view.len / Py_ssize_t(3 * sizeof(int64_t));
+  if (begin < 0 || end < begin || end > count) {
+    PyBuffer_Release(&view);
+    PyErr_SetString(PyExc_ValueError, "begin and end must be within spans");
+    return nullptr;
+  }
+  PyTypeObject* type = reinterpret_cast<PyTypeObject*>(fields_type);
+  const Py_ssize_t slots = Py_ssize_t(kRecordSlots);
+  Ref out(PyList_New(end - begin));
+  std::vector<char> part;
+  int64_t log = -1;
+  int fd = -1;
+  bool whole = out.p != nullptr;
+  for (Py_ssize_t i = begin; whole && i < end; ++i) {
+    const int64_t place = triples[3 * i + 1];
+    const int64_t span = triples[3 * i + 2];
+    if (place == 0) {
+      whole = false; // no part was kept
+      break;
+    }
+    if (place >> 32 != log) {
+      log = place >> 32;
+      const Ref number(PyLong_FromLongLong(log));
+      PyObject* known = number.p == nullptr
+          ? nullptr
+          : PyDict_GetItemWithError(fds, number.p); // borrowed
+      Ref opened(nullptr);
+      if (known == nullptr && !PyErr_Occurred() && number.p != nullptr) {
+        opened.p = PyObject_CallOneArg(open_log, number.p);
+        if (opened.p != nullptr &&
+            PyDict_SetItem(fds, number.p, opened.p) != 0) {
+          Py_CLEAR(opened.p);
+        }
+        known = opened.p;
+      }
+      if (known == nullptr) {
+        whole = false;
+        Py_CLEAR(out.p); // the error stays set
+        break;
+      }
+      if (known == Py_None) {
+        whole = false; // the log cannot be opened
+        break;
+      }
+      fd = PyObject_AsFileDescriptor(known);
+      if (fd < 0) {
+        Py_CLEAR(out.p);
+        break;
+      }
+    }
+    const size_t length = size_t(span & ((int64_t{1} << kSpanLengthBits) - 1));
+    const off_t offset = off_t(span >> kSpanLengthBits);
+    try {
+      part.resize(length);
+    } catch (const std::bad_alloc&) {
+      Py_CLEAR(out.p);
+      PyErr_NoMemory();
+      break;
+    }
+    size_t filled = 0;
+    while (filled < length) {
+      const ssize_t n =
+          pread(fd, part.data() + filled, length - filled, offset + filled);
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n <= 0) {
+        break;
+      }
+      filled += size_t(n);
+    }
+    if (filled != length ||
+        (crc32(
+             crc32(0L, Z_NULL, 0),
+             reinterpret_cast<const Bytef*>(part.data()),
+             uInt(length)) &
+         0xFFFFFFFFu) != uLong(place & 0xFFFFFFFF)) {
+      whole = false;
+      break;
+    }
+    const Ref fields(
+        PyMarshal_ReadObjectFromString(part.data(), Py_ssize_t(length)));
+    if (fields.p == nullptr || !PyTuple_CheckExact(fields.p) ||
+        PyTuple_GET_SIZE(fields.p) != slots) {
+      // Marshal that the CRC passed but is no record's fields.
+      PyErr_Clear();
+      whole = false;
+      break;
+    }
+    PyObject* record = type->tp_alloc(type, slots);
+    if (record == nullptr) {
+      Py_CLEAR(out.p);
+      break;
+    }
+    for (Py_ssize_t k = 0; k < slots; ++k) {
+      PyObject* item = PyTuple_GET_ITEM(fields.p, k);
+      Py_INCREF(item);
+      PyTuple_SET_ITEM(record, k, item);
+    }
+    PyList_SET_ITEM(out.p, i - begin, record);
+  }
+  PyBuffer_Release(&view);
+  if (out.p == nullptr) {
+    return nullptr;
+  }
+  if (!whole) {
+    Py_RETURN_NONE;
+  }
+  return out.release();
+}
+
 PyObject* set_vocabulary(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 3 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
     PyErr_SetString(
@@ -891,6 +1202,27 @@ PyMethodDef kMethods[] = {
      METH_FASTCALL,
      "record_fields(data) -> the Record's fields in Record.__slots__ order, "
      "or None"},
+    {"keep_records",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(keep_records)),
+     METH_FASTCALL,
+     "keep_records(directory_fd, names, max_bytes, log, offset)\n"
+     "-> (parts, kept names, kept keys, kept jobs, others)\n"
+     "\n"
+     "Reads and decodes the named files: each record of the plain shape as\n"
+     "its part (marshal of its fields), appended at `offset` of part log\n"
+     "`log` (0: none), its name (\"/\"-ended), its index entry (six int64,\n"
+     "the group 0) and its job; every other file as (name, key or None,\n"
+     "its bytes or why it was not read)."},
+    {"load_parts",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(load_parts)),
+     METH_FASTCALL,
+     "load_parts(spans, begin, end, fds, open_log, fields_type) -> list or "
+     "None\n"
+     "\n"
+     "The parts at the (group, place, span) triples begin to end of spans,\n"
+     "each as a fields_type; fds maps a log to its descriptor, open_log(log)\n"
+     "gives one (None: cannot be read) for a log not in it. None at the\n"
+     "first part that cannot be read back whole."},
     {"set_vocabulary",
      reinterpret_cast<PyCFunction>(
          reinterpret_cast<void (*)()>(set_vocabulary)),

@@ -9,6 +9,7 @@
 
 #include "file_index.h"
 #include "python_reference.h"
+#include "record_file_reading.h"
 
 #include <cerrno>
 #include <fcntl.h>
@@ -21,18 +22,18 @@
 
 namespace {
 
+using autograd_device_logging_report::mtime_ns_of;
+using autograd_device_logging_report::read_record_file;
+using autograd_device_logging_report::RecordFile;
 using autograd_device_logging_report::Ref;
 
 // A file's key, as record_reader's Python path makes it from os.stat:
 // (st_size, st_mtime_ns, st_ino).
 PyObject* key_of(const struct stat& st) {
-  const long long mtime_ns =
-      static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL +
-      static_cast<long long>(st.st_mtim.tv_nsec);
   return Py_BuildValue(
       "(LLK)",
       static_cast<long long>(st.st_size),
-      mtime_ns,
+      mtime_ns_of(st),
       static_cast<unsigned long long>(st.st_ino));
 }
 
@@ -76,48 +77,19 @@ PyObject* read_one(
       return held;
     }
   }
-  // Nothing in a shared directory is followed or waited on (read_record's
-  // docstring): no link, and no blocking open of a FIFO.
-  const int fd = openat(
-      directory_fd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    return skipped(nullptr, errno == ELOOP ? "symbolic link" : "unreadable");
+  const RecordFile f = read_record_file(directory_fd, name, buffer);
+  if (!f.keyed) {
+    return skipped(nullptr, f.reason);
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    close(fd);
-    return skipped(nullptr, "unreadable");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return skipped(nullptr, "not a regular file");
-  }
-  size_t filled = 0;
-  bool failed = false;
-  while (filled < buffer.size()) {
-    const ssize_t n = read(fd, buffer.data() + filled, buffer.size() - filled);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      failed = n < 0;
-      break;
-    }
-    filled += size_t(n);
-  }
-  close(fd);
-  if (failed) {
-    return skipped(nullptr, "unreadable");
-  }
-  const Ref key(key_of(st));
+  const Ref key(key_of(f.st));
   if (key.p == nullptr) {
     return nullptr;
   }
-  if (filled == buffer.size()) {
-    // More than the largest record (the buffer holds one byte more).
-    return skipped(key.p, "too large");
+  if (f.reason != nullptr) {
+    return skipped(key.p, f.reason);
   }
-  const Ref data(PyBytes_FromStringAndSize(buffer.data(), Py_ssize_t(filled)));
+  const Ref data(
+      PyBytes_FromStringAndSize(buffer.data(), Py_ssize_t(f.filled)));
   if (data.p == nullptr) {
     return nullptr;
   }
