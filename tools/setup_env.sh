@@ -33,17 +33,21 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
 fi
-# Optional: simdjson, for the fleet report's compiled reading of the measured
-# pairs (Note [The pairs' values in compiled code], record_decoder.py).
-# Without it the report reads the same, slower, so a failed install (a
+# Optional: simdjson and zlib, for the fleet report's compiled reading
+# (Note [The pairs' values in compiled code], record_decoder.py; Note
+# [Keeping a chunk's records in compiled code], record_decoding.cpp).
+# Without them the report reads the same, slower, so a failed install (a
 # machine without a package mirror) is only said.
-if [ ! -f /usr/include/simdjson.h ]; then
+optional=()
+[ -f /usr/include/simdjson.h ] || optional+=(libsimdjson-dev)
+[ -f /usr/include/zlib.h ] || optional+=(zlib1g-dev)
+if [ ${#optional[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    log "installing libsimdjson-dev with apt-get"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libsimdjson-dev; } >&2 ||
-      log "could not install libsimdjson-dev: the fleet report values the measured pairs in Python"
+    log "installing ${optional[*]} with apt-get"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${optional[@]}"; } >&2 ||
+      log "could not install ${optional[*]}: the fleet report decodes records in Python"
   else
-    log "optional: libsimdjson-dev (Debian: apt-get install libsimdjson-dev) speeds up the fleet report"
+    log "optional: ${optional[*]} (Debian: apt-get install ${optional[*]}) speeds up the fleet report"
   fi
 fi
 
