@@ -12,6 +12,7 @@ import atexit
 import importlib.util
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -1040,6 +1041,33 @@ class TestCompiledRecordFields(TestCase):
     def exactly(self, data):
         r = report.record_decoder.decode_exactly(data)
         return tuple(getattr(r, name) for name in report.record_fields.Record.__slots__)
+
+    def test_the_strings_met_last_are_the_values_each_record_names(self):
+        # Note [The strings met last are kept]: many values of one length
+        # share the kept slots, and each record still reads as its own; an
+        # equal value is one str.
+        slots = report.record_fields.Record.__slots__
+        job, host, role, torch = (slots.index(n) for n in ("job", "host", "role", "torch"))
+        rng = random.Random(3)
+        made = [
+            synthetic_record(
+                job=f"job-{j:03d}",
+                host=f"h{j % 37:03d}",
+                role=rng.choice(["rank", "other", "agent"]),
+                rank=1,
+                torch={"running": f"2.{j % 11}.0", "built_for": "2.9.0"},
+            )
+            for j in rng.choices(range(300), k=2000)
+        ]
+        decoded = [self.fields(json.dumps(r).encode()) for r in made]
+        for record, fields in zip(made, decoded):
+            self.assertEqual(
+                (fields[job], fields[host], fields[role], fields[torch]),
+                (record["job"], record["host"], record["role"], record["torch"]["running"]),
+            )
+        by_job = {}
+        for fields in decoded:
+            self.assertIs(by_job.setdefault(fields[job], fields[job]), fields[job])
 
     def test_the_records_the_library_writes_are_decoded_in_compiled_code(self):
         records = generated_fleet(seed=5, jobs=6)

@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <string>
 #include <string_view>
@@ -315,9 +316,41 @@ PyObject* new_str(std::string_view v) {
 // A string many records share (a job, a host, a role, a release, a class):
 // one object for all of them, so that the counts, the cache's parts and
 // marshal's copy of them (which writes a shared object once) hold it once.
+//
+// Note [The strings met last are kept]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Making the str and finding it among the interned ones (a dict of every job
+// and host met) cost about a tenth of a record's decoding, and most records
+// name a role and a release that the record before named too. So the
+// interned str of each value is kept in one of kSharedKept slots (by its
+// hash) until another value takes the slot: a value met again is one
+// comparison of its bytes. The kept strs stay alive while kept (a few).
+constexpr size_t kSharedKept = 64;
+
+struct SharedStr {
+  std::string text;
+  PyObject* str = nullptr;
+};
+
 PyObject* shared_str(std::string_view v) {
+  // Used only with the GIL held (nothing here releases it).
+  static SharedStr kept[kSharedKept];
+  SharedStr& slot = kept[std::hash<std::string_view>{}(v) % kSharedKept];
+  if (slot.str != nullptr && slot.text == v) {
+    Py_INCREF(slot.str);
+    return slot.str;
+  }
   PyObject* s = new_str(v);
   PyUnicode_InternInPlace(&s);
+  Py_CLEAR(slot.str);
+  try {
+    slot.text.assign(v.data(), v.size());
+  } catch (const std::bad_alloc&) {
+    Py_DECREF(s);
+    throw;
+  }
+  Py_INCREF(s);
+  slot.str = s;
   return s;
 }
 
