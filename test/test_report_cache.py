@@ -442,6 +442,8 @@ class TestReportCache(TestCase):
             unittest.mock.patch.object(reader, "decode_fields", decoding),
             unittest.mock.patch.object(reader, "keep_records", keep_records and keeping),
             unittest.mock.patch.object(totals, "add", counting),
+            # Every record through add(), where it is seen.
+            unittest.mock.patch.object(report.fleet_totals, "count_records", None),
         ):
             cache = self.cache()
             cached = report.fleet_report.summarize_directory(self.dir, cache=cache)
@@ -526,6 +528,13 @@ class TestCompiledFileReading(TestCase):
         stack.enter_context(
             unittest.mock.patch.object(
                 fleet_report, "load_parts", fleet_report.load_parts if compiled else None
+            )
+        )
+        # Note [Counting the plain records in compiled code]
+        totals = report.fleet_totals
+        stack.enter_context(
+            unittest.mock.patch.object(
+                totals, "count_records", totals.count_records if compiled else None
             )
         )
         return stack
@@ -926,6 +935,55 @@ class TestCountsDoNotDependOnWhoReadWhat(TestCase):
         self.assertTrue(reports[0]["releases"])
         for trial, result in enumerate(reports[1:], 1):
             self.assertEqual(result, reports[0], f"trial {trial}")
+
+    def test_the_plain_records_counted_in_compiled_code_count_the_same(self):
+        # Note [Counting the plain records in compiled code]: add_all counts
+        # the plain records itself and hands the others to add(); the
+        # report is add()'s, record for record, job by job or shuffled.
+        count_records = report.fleet_totals.count_records
+        if count_records is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        rng = random.Random(11)
+        decode = report.record_decoder.decode_fields
+        fields_type = report.record_fields.RecordFields
+        texts = [random_record(rng, i) for i in range(600)]
+        for i, r in enumerate(texts):
+            if i % 17 == 0:
+                r["disabled_reason"] = "no torch"
+            if i % 23 == 0:
+                r["events"] = r["events"] + ["torch.autograd.newer_event"]
+            if i % 29 == 0:
+                r["pass_classes"] = {c: i for c in report.record_fields.CLASSES}
+            if i % 31 == 0:
+                r["pass_classes"] = dict(
+                    {c: 1 for c in report.record_fields.CLASSES}, newer_class=2
+                )
+        records = [fields_type._make(decode(json.dumps(r).encode())) for r in texts]
+        counted = []
+
+        def counting(*args):
+            counted.append(count_records(*args))
+            return counted[-1]
+
+        for trial in range(4):
+            if trial % 2:
+                rng.shuffle(records)
+            else:
+                records.sort(key=lambda r: r.job)
+            one_by_one = report.fleet_totals.FleetTotals()
+            for r in records:
+                one_by_one.add(r)
+            together = report.fleet_totals.FleetTotals()
+            with unittest.mock.patch.object(report.fleet_totals, "count_records", counting):
+                for start in range(0, len(records), 50):
+                    together.add_all(records[start : start + 50])
+            self.assertEqual(together.release_names, one_by_one.release_names)
+            self.assertEqual(together.results(), one_by_one.results(), f"trial {trial}")
+        # Both ways were taken: a quarter or more counted in compiled code,
+        # the others (agents, disabled, newer names, a release met first, a
+        # rank met under another release) by add().
+        self.assertGreater(sum(counted), len(records))
+        self.assertLess(sum(counted), len(records) * 3)
 
     def test_counts_made_apart_and_handed_over_give_the_same_report(self):
         # Note [Reading a fleet in parallel]: each reading process counts its

@@ -492,7 +492,6 @@ def _count_here(cache, cache_name, spans: bytes, options, hand_over) -> bool:
     places.frombytes(spans)
     totals = FleetTotals(*options)
     logs: Dict[int, Optional[int]] = {}
-    add = totals.add
     count = len(places) // 3
     try:
         if load_parts is None:
@@ -510,8 +509,7 @@ def _count_here(cache, cache_name, spans: bytes, options, hand_over) -> bool:
             loaded = load_parts(places, start, end, logs, open_log, RecordFields)
             if loaded is None:
                 return False
-            for fields in loaded:
-                add(fields)
+            totals.add_all(loaded)
             del loaded
             if len(totals.jobs) >= JOBS_PER_HAND_OVER:
                 hand_over(finished_jobs(totals))

@@ -22,6 +22,11 @@ from .record_fields import (
     placement_key,
 )
 
+try:
+    from ._record_files import count_records
+except ImportError:  # Note [Reading the files in compiled code], file_index.py
+    count_records = None
+
 ALL_JOBS = "(all jobs)"
 
 # Note [A restarted rank counts once, under its newest release]
@@ -343,6 +348,25 @@ class FleetTotals:
                     UNKNOWN_PLACEMENT if r.placement is None else placement_key(*r.placement)
                 )
         self.jobs[r.job].add(r, release, self.release_names, placement)
+
+    def add_all(self, records: list) -> None:
+        """add() of each of `records`, the plain ones in compiled code where
+        built (Note [Counting the plain records in compiled code],
+        record_counting.cpp): with no filter and no grouping by
+        placement, where add() filters and keys first."""
+        if count_records is None or self.filtering or self.by_placement:
+            for r in records:
+                self.add(r)
+            return
+        count_records(
+            records,
+            self.add,
+            self.jobs,
+            self.parents,
+            self.release_numbers,
+            ClassCost,
+            len(EVENTS),
+        )
 
     def _counted_jobs(self) -> List[str]:
         """The jobs that have counts. Taken once: the first key of a dict

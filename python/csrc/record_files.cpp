@@ -9,6 +9,7 @@
 
 #include "file_index.h"
 #include "python_reference.h"
+#include "record_counting.h"
 #include "record_file_reading.h"
 
 #include <cerrno>
@@ -217,6 +218,15 @@ PyMethodDef kMethods[] = {
      autograd_device_logging_report::in_group_order,
      METH_O,
      "in_group_order(spans) -> None"},
+    {"count_records",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::count_records)),
+     METH_FASTCALL,
+     "count_records(records, add, jobs, parents, release_numbers, class_cost, "
+     "events) -> int\n"
+     "\n"
+     "Counts each record of the plain path into FleetTotals' jobs and\n"
+     "parents, and hands every other to add(record); how many it counted."},
     {"part_logs",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::part_logs)),
