@@ -4,6 +4,8 @@ help a decision, one clear line for every mistake and never a traceback, and
 --json under its published schema (schema/fleet_report.schema.json). Each
 case runs `python -m autograd_device_logging report` in a fresh process."""
 
+import gc
+import io
 import json
 import os
 import subprocess
@@ -68,6 +70,28 @@ class TestReportCommandLine(TestCase):
         self.assertEqual(len(lines), 1, proc.stderr)
         for part in parts:
             self.assertIn(part, lines[0])
+
+    def test_the_garbage_is_collected_once_the_report_is_gone(self):
+        # Note [The garbage is collected once the report is gone]: no
+        # collection walks the report while it is written, and collecting is
+        # back on after.
+        fleet_report = report_modules().fleet_report
+        self.a_fleet()
+        seen = []
+        write_json = fleet_report.write_json
+
+        def writing(*args):
+            seen.append(gc.isenabled())
+            return write_json(*args)
+
+        self.assertTrue(gc.isenabled())
+        with (
+            mock.patch.object(fleet_report, "write_json", writing),
+            mock.patch("sys.stdout", io.StringIO()) as out,
+        ):
+            status = fleet_report.main([self.dir, "--json", "--no-cache"])
+        self.assertEqual((status, seen, gc.isenabled()), (0, [False], True))
+        self.assertIn('"big"', out.getvalue())
 
     def a_fleet(self):
         """Three jobs that ran backward passes (one measured), two with none."""

@@ -833,6 +833,18 @@ def write_json(report, out) -> None:
 def main(argv=None, prog=None) -> int:
     """The report; its exit status (module docstring). A closed stdout (the
     report piped into `head`) ends it quietly."""
+    # Note [The garbage is collected once the report is gone]
+    # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    # assemble_directory collects no garbage while it reads (Note [No
+    # garbage collection while reading]) and turns collecting back on as it
+    # was. Turned on under a report it has just made, the first collection
+    # walks every object the report holds, all of them young (0.16 s at 10^6
+    # records, with nothing to find: a report makes no cycle). So the
+    # command line keeps it off until the report has been written and let
+    # go (reference counting frees it as _main returns): then there is
+    # little left to walk.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         return _main(argv, prog)
     except BrokenPipeError:
@@ -848,6 +860,9 @@ def main(argv=None, prog=None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return 1
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _main(argv, prog) -> int:
