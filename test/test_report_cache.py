@@ -625,7 +625,14 @@ class TestCompiledFileReading(TestCase):
                 ),
             )
         )
-        return entries, state[2], state[3]
+        # A job's summary is kept in marshal, whose bytes say which strs
+        # were interned (Note [A part's strings are not interned]): its
+        # value is the same.
+        jobs = {
+            job: (None if kept[0] is None else marshal.loads(kept[0]), *kept[1:])
+            for job, kept in state[3].items()
+        }
+        return entries, state[2], jobs
 
     def test_the_same_index_and_the_same_reuse_under_changes(self):
         root = os.path.join(self.tmp.name, "cache")
@@ -759,6 +766,30 @@ class TestCompiledFileReading(TestCase):
         self.assertTrue(all(type(what) is bytes for _, what in outcomes[0]))
         self.assertEqual(len(outcomes[1]), len(names))
         self.assertEqual(counted, [len(names) + itself] * 2)
+
+    def test_a_parts_strings_are_not_interned(self):
+        # Note [A part's strings are not interned]: marshal writes a plain
+        # str ("z"), so loading the part interns nothing; record_fields
+        # still gives interned ones.
+        decoder = report.record_decoder
+        if decoder.keep_records is None:
+            self.skipTest("no _record_decoding in this build (no simdjson or zlib, or sanitized)")
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, fd)
+        names = [n.encode() for n in sorted(os.listdir(self.dir)) if n.startswith("r")]
+        parts, _, keys, jobs, _ = decoder.keep_records(
+            fd, names, report.record_reader.MAX_RECORD_BYTES, 1, 0
+        )
+        spans = array.array("q", keys)[report.file_index.PART_SPAN :: report.file_index.FIELDS]
+        self.assertEqual(len(spans), len(jobs))
+        for span, job in zip(spans, jobs):
+            part = parts[span >> 24 : (span >> 24) + (span & 0xFFFFFF)]
+            at = part.index(job.encode())
+            self.assertEqual((part[at - 2] & 0x7F, part[at - 1]), (ord("z"), len(job)))
+            self.assertEqual(marshal.loads(part)[report.file_index.JOB], job)
+        with open(os.path.join(self.dir, names[0].decode()), "rb") as f:
+            job = decoder.record_fields(f.read())[report.file_index.JOB]
+        self.assertIs(sys.intern(job), job)
 
     def test_parts_that_cannot_be_written_leave_no_place_in_their_entries(self):
         # Note [A record's part, kept]: a log that fails to write (a full

@@ -164,7 +164,13 @@ struct JobCache {
   // The JobTotals of `key` (made, as the defaultdict does, where new);
   // false with an exception set.
   bool take(const Names& n, PyObject* jobs, PyObject* key) {
-    if (this->key.p == key) {
+    // A part's job is a str of its own (Note [A part's strings are not
+    // interned], record_decoding.cpp): the same job is the same value.
+    const int same = this->key.p == nullptr ? 0 : same_str(key, this->key.p);
+    if (same < 0) {
+      return false;
+    }
+    if (same) {
       return true;
     }
     set(this->key, nullptr);
@@ -194,7 +200,12 @@ struct JobCache {
   // The ClassCost of `name` in the job (made where new), its appends
   // ready; false with an exception set.
   bool take_class(const Names& n, PyObject* name, PyObject* class_cost) {
-    if (device_class.p == name) {
+    const int same =
+        device_class.p == nullptr ? 0 : same_str(name, device_class.p);
+    if (same < 0) {
+      return false;
+    }
+    if (same) {
       return true;
     }
     set(device_class, nullptr);
@@ -327,7 +338,11 @@ bool plan_of(
     // counting a record of it: an agent's makes none).
     PyObject* key = PyTuple_GET_ITEM(r, kJob);
     Ref ranks(nullptr);
-    if (c.key.p == key) {
+    const int current = c.key.p == nullptr ? 0 : same_str(key, c.key.p);
+    if (current < 0) {
+      return false;
+    }
+    if (current) {
       Py_INCREF(c.ranks.p);
       ranks.p = c.ranks.p;
     } else {

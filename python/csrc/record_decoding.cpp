@@ -40,6 +40,9 @@ struct Scratch {
   std::vector<int64_t> differences;
   // The classes met, with their interned str (class_name).
   std::vector<std::pair<std::string, PyObject*>> class_names;
+  // Whether the shared strs are interned (Note [A part's strings are not
+  // interned]).
+  bool interning = true;
 };
 
 // At most this many class names are kept: a fleet has a few.
@@ -332,16 +335,30 @@ struct SharedStr {
   PyObject* str = nullptr;
 };
 
+//
+// Note [A part's strings are not interned]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A record kept as its part (keep_records) is written in marshal and let
+// go at once, so interning its strings only costs: finding each among the
+// interned ones (a dict of every job and host met, a twentieth of reading a
+// record at 10^6 records), and marshal marks an interned str so that
+// loading the part interns it again (0.66 against 0.45 us a part). So
+// keep_records makes them plain strs (kept in slots of their own), and
+// what counts them compares jobs by value (record_counting.cpp).
 PyObject* shared_str(std::string_view v) {
   // Used only with the GIL held (nothing here releases it).
-  static SharedStr kept[kSharedKept];
-  SharedStr& slot = kept[std::hash<std::string_view>{}(v) % kSharedKept];
+  static SharedStr kept[2][kSharedKept];
+  const bool interning = scratch().interning;
+  SharedStr& slot =
+      kept[interning][std::hash<std::string_view>{}(v) % kSharedKept];
   if (slot.str != nullptr && slot.text == v) {
     Py_INCREF(slot.str);
     return slot.str;
   }
   PyObject* s = new_str(v);
-  PyUnicode_InternInPlace(&s);
+  if (interning) {
+    PyUnicode_InternInPlace(&s);
+  }
   Py_CLEAR(slot.str);
   try {
     slot.text.assign(v.data(), v.size());
@@ -903,6 +920,16 @@ PyObject* keep_records(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     std::string parts, kept_names;
     std::vector<int64_t> keys;
     Scratch& s = scratch();
+    // Note [A part's strings are not interned]
+    struct Plain {
+      Scratch& s;
+      explicit Plain(Scratch& scratch) : s(scratch) {
+        s.interning = false;
+      }
+      ~Plain() {
+        s.interning = true;
+      }
+    } plain(s);
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); ++i) {
       PyObject* name = PyList_GET_ITEM(names, i);
       if (!PyBytes_Check(name) ||
