@@ -492,6 +492,16 @@ class TestCompiledFileReading(TestCase):
             f.write(text)
         os.replace(temporary, os.path.join(self.dir, name))
 
+    def directory_fd(self):
+        """A descriptor of the record directory, closed after the test."""
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, fd)
+        return fd
+
+    def record_names(self):
+        """The names of the records written as r<i>.json, as bytes."""
+        return [n.encode() for n in sorted(os.listdir(self.dir)) if n.startswith("r")]
+
     def compiled(self, compiled):
         """The compiled reading and index as built, or the Python path."""
         index = report.file_index
@@ -577,8 +587,7 @@ class TestCompiledFileReading(TestCase):
         reader = report.record_reader
         if reader.read_files is None:
             self.skipTest("no _record_files in this build (a sanitized build has none)")
-        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        self.addCleanup(os.close, fd)
+        fd = self.directory_fd()
         outcomes, _ = reader.read_files(fd, [b"gone.json"], None, reader.MAX_RECORD_BYTES)
         self.assertEqual(outcomes, [(None, "unreadable")])
         with self.assertRaises(FileNotFoundError):
@@ -741,9 +750,8 @@ class TestCompiledFileReading(TestCase):
         # end was a tenth of reading a file.
         if not os.path.exists("/proc/self/io"):
             self.skipTest("no /proc/self/io to count read calls in")
-        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        self.addCleanup(os.close, fd)
-        names = [n.encode() for n in sorted(os.listdir(self.dir)) if n.startswith("r")]
+        fd = self.directory_fd()
+        names = self.record_names()
         limit = report.record_reader.MAX_RECORD_BYTES
 
         def reads():
@@ -774,9 +782,8 @@ class TestCompiledFileReading(TestCase):
         decoder = report.record_decoder
         if decoder.keep_records is None:
             self.skipTest("no _record_decoding in this build (no simdjson or zlib, or sanitized)")
-        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        self.addCleanup(os.close, fd)
-        names = [n.encode() for n in sorted(os.listdir(self.dir)) if n.startswith("r")]
+        fd = self.directory_fd()
+        names = self.record_names()
         parts, _, keys, jobs, _ = decoder.keep_records(
             fd, names, report.record_reader.MAX_RECORD_BYTES, 1, 0
         )
@@ -801,8 +808,7 @@ class TestCompiledFileReading(TestCase):
             def write(self, data):
                 raise OSError(28, "No space left on device")
 
-        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        self.addCleanup(os.close, fd)
+        fd = self.directory_fd()
         listed = report.file_index.scan(fd, None, collections.Counter())[0]
         for compiled in (True, False):
             with self.compiled(compiled):
@@ -831,8 +837,7 @@ class TestCompiledFileReading(TestCase):
         index = report.file_index
         if index.scan_directory is None:
             self.skipTest("no _record_files in this build (a sanitized build has none)")
-        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        self.addCleanup(os.close, fd)
+        fd = self.directory_fd()
         entries = index.IndexEntries()
 
         class Parts:

@@ -9,6 +9,7 @@
 #include "record_counting.h"
 
 #include <cstdint>
+#include <utility>
 
 namespace autograd_device_logging_report {
 
@@ -72,36 +73,23 @@ struct Names {
 const Names* names() {
   static Names n;
   if (n.append == nullptr) {
-    PyObject** all[] = {
-        &n.rank,
-        &n.agent,
-        &n.costs,
-        &n.passes,
-        &n.counting,
-        &n.ranks,
-        &n.other_releases,
-        &n.rank_values,
-        &n.process_values,
-        &n.differences,
-        &n.pairs,
-        &n.append};
-    const char* text[] = {
-        "rank",
-        "agent",
-        "costs",
-        "passes",
-        "counting",
-        "ranks",
-        "other_releases",
-        "rank_values",
-        "process_values",
-        "differences",
-        "pairs",
-        "append"};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); ++i) {
+    const std::pair<PyObject**, const char*> all[] = {
+        {&n.rank, "rank"},
+        {&n.agent, "agent"},
+        {&n.costs, "costs"},
+        {&n.passes, "passes"},
+        {&n.counting, "counting"},
+        {&n.ranks, "ranks"},
+        {&n.other_releases, "other_releases"},
+        {&n.rank_values, "rank_values"},
+        {&n.process_values, "process_values"},
+        {&n.differences, "differences"},
+        {&n.pairs, "pairs"},
+        {&n.append, "append"}};
+    for (const auto& [field, text] : all) {
       // Kept for the process's life.
-      *all[i] = PyUnicode_InternFromString(text[i]);
-      if (*all[i] == nullptr) {
+      *field = PyUnicode_InternFromString(text);
+      if (*field == nullptr) {
         return nullptr;
       }
     }
