@@ -943,6 +943,69 @@ class TestCompiledFileReading(TestCase):
         self.assertEqual(unchanged.count(0), 2)
         self.assertTrue(outcomes[True][5])
 
+    def test_keys_checked_in_threads_are_those_the_python_path_checks(self):
+        # Note [The keys are checked in threads]: threads (one per core)
+        # fill the index's table and each checks a share of the names, 20000
+        # at least; here 50, so that a few thousand files start them. The
+        # outcome is the Python path's, name for name. The files are empty:
+        # only their keys count.
+        if (os.cpu_count() or 1) < 2:
+            self.skipTest("one core: the check starts no thread of its own")
+        index = report.file_index
+        if index.check_listed is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        many = os.path.join(self.tmp.name, "many")
+        os.makedirs(many)
+        count = 3001
+        for i in range(count):
+            os.close(os.open(os.path.join(many, f"f{i}.json"), os.O_WRONLY | os.O_CREAT, 0o600))
+        fd = os.open(many, os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, fd)
+        # Every 50th file not in the index, every 70th of another mtime, and
+        # names the index has that went: a name left unchecked shows.
+        entries = []
+        for i in range(count):
+            if i % 50 == 0:
+                continue
+            st = os.lstat(f"f{i}.json", dir_fd=fd)
+            mtime = st.st_mtime_ns + (1 if i % 70 == 0 else 0)
+            entries.append((f"f{i}.json", (st.st_size, mtime, index.signed(st.st_ino))))
+        entries += [(f"gone{i}.json", (0, 0, i)) for i in range(500)]
+        random.Random(5).shuffle(entries)
+        names = b"".join(name.encode() + b"/" for name, _ in entries)
+        keys = array.array("q")
+        for _, key in entries:
+            keys.extend((*key, 0, 0, 0))
+        listed = index.scan(fd, None, collections.Counter())[0]
+        outcomes = []
+        for files_per_thread in (None, 50, 1):
+            unchanged = bytearray(len(entries))
+            if files_per_thread is None:
+                with self.compiled(False):
+                    to_read, unchanged = index.checked(fd, listed, (names, keys))
+            else:
+                to_read = index.check_listed(fd, listed, names, keys, unchanged, files_per_thread)
+            outcomes.append("\n".join(sorted(n.decode() for n in to_read.split(b"/") if n)))
+            outcomes.append(bytes(unchanged).hex())
+        self.assertEqual(outcomes[2:4], outcomes[:2])
+        self.assertEqual(outcomes[4:], outcomes[:2])
+        changed = [i for i in range(count) if i % 50 == 0 or i % 70 == 0]
+        self.assertEqual(outcomes[0], "\n".join(sorted(f"f{i}.json" for i in changed)))
+        self.assertEqual(bytes.fromhex(outcomes[1]).count(1), count - len(changed))
+        # With every file unchanged, no name is left unchecked.
+        whole = [f"f{i}.json" for i in range(count)]
+        random.Random(6).shuffle(whole)
+        keys = array.array("q")
+        for name in whole:
+            st = os.lstat(name, dir_fd=fd)
+            keys.extend((st.st_size, st.st_mtime_ns, index.signed(st.st_ino), 0, 0, 0))
+        names = b"".join(name.encode() + b"/" for name in whole)
+        unchanged = bytearray(len(whole))
+        self.assertEqual(index.check_listed(fd, listed, names, keys, unchanged, 50), b"")
+        self.assertEqual(unchanged.count(1), len(whole))
+        with self.assertRaises(ValueError):
+            index.check_listed(fd, listed, names, keys, unchanged, 0)
+
 
 class TestCompiledFileReadingIsBuilt(TestCase):
     def test_an_unsanitized_build_has_the_compiled_reading(self):

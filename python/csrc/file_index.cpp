@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -22,6 +23,7 @@
 #include <thread>
 #include <tuple>
 #include <functional>
+#include <memory>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -141,44 +143,58 @@ bool is_record_name(const char* name, size_t length) {
 
 // Where each of the index's names is: open addressing over a power of two
 // of slots, each the entry's position + 1 (0: empty). A million names take
-// 16 MB, and no allocation per name.
+// 16 MB, and no allocation per name. Filled by several threads at once
+// (Note [The keys are checked in threads]): each entry claims an empty slot
+// with one compare-and-swap, so the table holds the same entries whichever
+// thread added which.
 class NameTable {
  public:
   explicit NameTable(const std::vector<std::string_view>& names)
       : names_(names) {
-    size_t capacity = 16;
-    while (capacity < 2 * names.size()) {
-      capacity *= 2;
+    while (capacity_ < 2 * names.size()) {
+      capacity_ *= 2;
     }
-    slots_.assign(capacity, 0);
-    for (size_t i = 0; i < names.size(); ++i) {
-      size_t slot = hash(names[i]);
-      while (slots_[slot] != 0) {
-        slot = (slot + 1) & (capacity - 1);
+    // Value-initialized: every slot empty.
+    slots_.reset(new std::atomic<int64_t>[capacity_]());
+  }
+
+  // Adds the entries [begin, end).
+  void add(size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      size_t slot = hash(names_[i]);
+      int64_t empty = 0;
+      while (!slots_[slot].compare_exchange_strong(
+          empty, int64_t(i) + 1, std::memory_order_relaxed)) {
+        empty = 0;
+        slot = (slot + 1) & (capacity_ - 1);
       }
-      slots_[slot] = int64_t(i) + 1;
     }
   }
 
-  // The entry of `name`, or -1.
+  // The entry of `name`, or -1; once every entry is added (the threads
+  // that added them joined).
   int64_t find(std::string_view name) const {
     size_t slot = hash(name);
-    while (slots_[slot] != 0) {
-      if (names_[size_t(slots_[slot] - 1)] == name) {
-        return slots_[slot] - 1;
+    while (true) {
+      const int64_t at = slots_[slot].load(std::memory_order_relaxed);
+      if (at == 0) {
+        return -1;
       }
-      slot = (slot + 1) & (slots_.size() - 1);
+      if (names_[size_t(at - 1)] == name) {
+        return at - 1;
+      }
+      slot = (slot + 1) & (capacity_ - 1);
     }
-    return -1;
   }
 
  private:
   size_t hash(std::string_view name) const {
-    return std::hash<std::string_view>()(name) & (slots_.size() - 1);
+    return std::hash<std::string_view>()(name) & (capacity_ - 1);
   }
 
   const std::vector<std::string_view>& names_;
-  std::vector<int64_t> slots_;
+  size_t capacity_ = 16;
+  std::unique_ptr<std::atomic<int64_t>[]> slots_;
 };
 
 // Note [The listing's memory goes back]
@@ -284,21 +300,24 @@ struct ListedNames {
   }
 };
 
-// Checks the keys of listed names [begin, end) against the index (no
+// Finds listed names [begin, end) in the index and checks their keys (no
 // interpreter call: runs without the GIL).
 void check_keys(
     int directory_fd,
     const Index& index,
+    const NameTable& position,
     ListedNames& listed,
     size_t begin,
     size_t end) {
   for (size_t i = begin; i < end; ++i) {
-    const int64_t entry = listed.entries[i];
+    const char* name = listed.name(i);
+    const int64_t entry = position.find(std::string_view(name));
+    listed.entries[i] = entry;
     if (entry < 0) {
       continue;
     }
     struct stat st;
-    if (fstatat(directory_fd, listed.name(i), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+    if (fstatat(directory_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
         !S_ISREG(st.st_mode)) {
       continue;
     }
@@ -365,32 +384,62 @@ bool list_directory(
   return true;
 }
 
-// Note [The files' index]: a stat per file is most of a re-run's time, and
-// the kernel does it for each thread at once.
-void check_all_keys(int directory_fd, const Index& index, ListedNames& listed) {
+// Runs work(begin, end) over [0, count) in even shares, on up to a thread
+// per core (this one among them), each with `least` at least; throws
+// std::system_error where a thread cannot start, once those started are
+// joined.
+template <typename Work>
+void in_shares(size_t count, size_t least, const Work& work) {
   const size_t threads = std::max<size_t>(
       1,
       std::min<size_t>(
           {size_t(std::thread::hardware_concurrency()),
            kMaxThreads,
-           listed.size() / kFilesPerThread}));
-  const size_t share = (listed.size() + threads - 1) / threads;
+           count / std::max<size_t>(1, least)}));
+  const size_t share = (count + threads - 1) / threads;
   std::vector<std::thread> workers;
-  for (size_t t = 1; t < threads; ++t) {
-    const size_t begin = std::min(listed.size(), t * share);
-    const size_t end = std::min(listed.size(), begin + share);
-    workers.emplace_back(
-        check_keys,
-        directory_fd,
-        std::cref(index),
-        std::ref(listed),
-        begin,
-        end);
+  try {
+    for (size_t t = 1; t < threads; ++t) {
+      const size_t begin = std::min(count, t * share);
+      workers.emplace_back(work, begin, std::min(count, begin + share));
+    }
+  } catch (...) {
+    for (std::thread& worker : workers) {
+      worker.join();
+    }
+    throw;
   }
-  check_keys(directory_fd, index, listed, 0, std::min(listed.size(), share));
+  work(0, std::min(count, share));
   for (std::thread& worker : workers) {
     worker.join();
   }
+}
+
+// Note [The keys are checked in threads]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A stat per file is most of a re-run's time (Note [The files' index],
+// file_index.py), and the kernel does it for each thread at once. Finding
+// each listed name among the index's costs a cache miss or two more per
+// name, in the table and in the names: done before the threads, by this one
+// alone, it took about a third of a second at 10^6 files on 2 cores, beside
+// 0.9 s of stats. So the threads fill the table together, and then each
+// finds its share of the listed names as it checks their keys.
+void check_all_keys(
+    int directory_fd,
+    const Index& index,
+    ListedNames& listed,
+    size_t files_per_thread) {
+  NameTable position(index.names);
+  in_shares(
+      index.size, files_per_thread, [&position](size_t begin, size_t end) {
+        position.add(begin, end);
+      });
+  in_shares(
+      listed.size(),
+      files_per_thread,
+      [directory_fd, &index, &position, &listed](size_t begin, size_t end) {
+        check_keys(directory_fd, index, position, listed, begin, end);
+      });
 }
 
 // The listed names whose key changed or that the index has not, "/"-ended,
@@ -426,11 +475,12 @@ PyObject* names_to_read(const ListedNames& listed, const Index& index) {
 bool check_all_keys_released(
     int directory_fd,
     const Index& index,
-    ListedNames& listed) {
+    ListedNames& listed,
+    size_t files_per_thread) {
   Outcome outcome = Outcome::kDone;
   Py_BEGIN_ALLOW_THREADS;
   try {
-    check_all_keys(directory_fd, index, listed);
+    check_all_keys(directory_fd, index, listed, files_per_thread);
   } catch (const std::bad_alloc&) {
     outcome = Outcome::kNoMemory;
   } catch (const std::system_error&) {
@@ -613,15 +663,30 @@ PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* check_listed(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5) {
+  if (nargs != 5 && nargs != 6) {
     PyErr_SetString(
         PyExc_TypeError,
-        "check_listed(directory_fd, listed, names, keys, unchanged)");
+        "check_listed(directory_fd, listed, names, keys, unchanged"
+        "[, files_per_thread])");
     return nullptr;
   }
   const int directory_fd = PyObject_AsFileDescriptor(args[0]);
   if (directory_fd < 0) {
     return nullptr;
+  }
+  // Fewer than kFilesPerThread in tests, so that a small directory checks
+  // its keys in threads too (Note [The keys are checked in threads]).
+  size_t files_per_thread = kFilesPerThread;
+  if (nargs == 6) {
+    const Py_ssize_t given = PyLong_AsSsize_t(args[5]);
+    if (given == -1 && PyErr_Occurred()) {
+      return nullptr;
+    }
+    if (given < 1) {
+      PyErr_SetString(PyExc_ValueError, "files_per_thread must be at least 1");
+      return nullptr;
+    }
+    files_per_thread = size_t(given);
   }
   Buffers buffers;
   const Py_buffer* given = buffers.get(args[1], false);
@@ -631,12 +696,12 @@ PyObject* check_listed(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   try {
-    const NameTable position(index.names);
     ListedNames listed;
     for (const std::string_view name : split_names(*given)) {
-      listed.add(name, position.find(name));
+      listed.add(name, -1);
     }
-    if (!check_all_keys_released(directory_fd, index, listed)) {
+    if (!check_all_keys_released(
+            directory_fd, index, listed, files_per_thread)) {
       return nullptr;
     }
     return names_to_read(listed, index);

@@ -19,9 +19,11 @@ PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // in the groups `groups`, their parts at `places` [(log, span)] (None: none),
 // as int64s.
 PyObject* pack_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs);
-// check_listed(directory_fd, listed, names, keys, unchanged) -> the names of
-// `listed` ("/"-ended, as scan_directory lists them) whose key changed or
-// that the index has not; the others' entries become unchanged.
+// check_listed(directory_fd, listed, names, keys, unchanged[,
+// files_per_thread]) -> the names of `listed` ("/"-ended, as scan_directory
+// lists them) whose key changed or that the index has not; the others'
+// entries become unchanged. A thread per core checks a share of at least
+// files_per_thread names (Note [The keys are checked in threads]).
 PyObject* check_listed(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // changed_groups(names, keys, unchanged) -> ({jobs' groups of changed
 // entries}, {skipped files' group: unchanged entries}).

@@ -213,7 +213,8 @@ PyMethodDef kMethods[] = {
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::check_listed)),
      METH_FASTCALL,
-     "check_listed(directory_fd, listed, names, keys, unchanged) -> bytes"},
+     "check_listed(directory_fd, listed, names, keys, unchanged"
+     "[, files_per_thread]) -> bytes"},
     {"in_group_order",
      autograd_device_logging_report::in_group_order,
      METH_O,
