@@ -23,7 +23,8 @@ and the range of the wall time, and the highest peak resident memory of its
 whole process tree (the report's reading processes included), sampled every
 20 ms. The script checks that the report counted every process, that the
 cold, warm and fresh reports are the same bytes and that DuckDB's counts
-agree, profiles the steps of a cold read on the largest fleet, and writes
+agree, profiles the steps of a cold read on the largest fleet, times what
+the machine itself takes to list, stat and read its files (floors), and writes
 the table, with the commit, the machine and the versions, into --output.
 Targets on a 2-core machine at 10^6 records: cold in at most 10 s and
 300 MB, warm in at most 2 s.
@@ -365,6 +366,64 @@ def profile(directory, limit=100_000):
     )
 
 
+def _read_share(directory, names):
+    """Reads the files `names` ("/"-ended) of `directory` as the report's
+    compiled reading does, and nothing more."""
+    from autograd_device_logging import record_reader
+
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for chunk in record_reader.chunks_of(names):
+            record_reader.read_files(
+                fd, chunk.split(b"/")[:-1], None, record_reader.MAX_RECORD_BYTES
+            )
+    finally:
+        os.close(fd)
+
+
+def floors(directory, cores):
+    """What the machine itself takes for `directory`'s files with `cores`
+    cores, in the report's compiled code alone: (listing them, a stat per
+    file in a thread per core as a warm run checks their keys, opening,
+    reading and closing every file in a process per core), in seconds; None
+    where the package was not built."""
+    sys.path.insert(0, PACKAGE_ROOT)
+    import collections
+    import multiprocessing
+
+    from autograd_device_logging import file_index, record_reader
+
+    if file_index.check_listed is None or record_reader.read_files is None:
+        return None
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        warm(directory)
+        start = time.perf_counter()
+        listed = file_index.scan(fd, None, collections.Counter())[0]
+        listing = time.perf_counter() - start
+        # An index of every name, of no file's key: every name is found and
+        # stat'ed, none unchanged.
+        count = listed.count(b"/")
+        keys = bytes(8 * file_index.FIELDS * count)
+        start = time.perf_counter()
+        file_index.check_listed(fd, listed, listed, keys, bytearray(count), max(1, count // cores))
+        stats = time.perf_counter() - start
+    finally:
+        os.close(fd)
+    names = listed.split(b"/")[:-1]
+    shares = [b"".join(n + b"/" for n in names[i::cores]) for i in range(cores)]
+    warm(directory)
+    context = multiprocessing.get_context("fork")
+    start = time.perf_counter()
+    processes = [context.Process(target=_read_share, args=(directory, share)) for share in shares]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    reading = time.perf_counter() - start
+    return listing, stats, reading
+
+
 def profile_warm(directory, cache):
     """Seconds of each step of a warm run (the report from `cache`, a copy
     of the one a cold run left before 1% of `directory` was replaced), in
@@ -475,6 +534,7 @@ def main():
     rows = []
     duckdb_version = None
     profiled = profiled_warm = None
+    machine = []
     for size in args.sizes:
         work = tempfile.mkdtemp(prefix=f"adl-fleet-{size}-")
         directory = os.path.join(work, "records")
@@ -487,6 +547,8 @@ def main():
             warm(directory)
             if size == max(args.sizes):
                 profiled = profile(directory)
+                machine = [(cores, floors(directory, cores)) for cores in core_counts()]
+                machine = [(cores, found) for cores, found in machine if found is not None]
             for cores in core_counts():
                 cold, warm_runs = [], []
                 for r in range(args.repeat):
@@ -537,7 +599,7 @@ def main():
                 rows.append(row)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    write(args, rows, duckdb_version, profiled, profiled_warm)
+    write(args, rows, duckdb_version, profiled, profiled_warm, machine)
     return 0
 
 
@@ -562,7 +624,7 @@ def duck_counts_of(report):
     ]
 
 
-def write(args, rows, duckdb_version, profiled, profiled_warm):
+def write(args, rows, duckdb_version, profiled, profiled_warm, machine):
     try:
         import msgspec
 
@@ -650,6 +712,24 @@ def write(args, rows, duckdb_version, profiled, profiled_warm):
             "(Note [Counting from the parts, job by job]), "
             f"{counted:.1f} us; then making the jobs' parts and lines "
             f"and writing the report of those records {reported:.2f} s.",
+        ]
+    if machine:
+        lines += [
+            "",
+            f"**What the machine itself takes** for the {max(args.sizes):,} files of the "
+            "largest fleet (`floors()` in the script), in the report's compiled code and "
+            "nothing else: listing the directory; a stat per file, in a thread per core, as a "
+            "warm run checks every key (Note [The keys are checked in threads]); and opening, "
+            "reading and closing every file, in a process per core, as a cold run reads them. "
+            "A warm run can be no faster than the first two together, a cold run than the first "
+            "and the third together.",
+            "",
+            "| cores | listing s | a stat per file s | reading every file s |",
+            "| ---: | ---: | ---: | ---: |",
+            *(
+                f"| {cores} | {listing:.2f} | {stats:.2f} | {reading:.2f} |"
+                for cores, (listing, stats, reading) in machine
+            ),
         ]
     if profiled_warm:
         total, counted, steps = profiled_warm
