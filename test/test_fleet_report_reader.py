@@ -973,6 +973,30 @@ class TestCompiledPairsValues(TestCase):
         self.assertIsNotNone(compiled, text)
         self.assertEqual(as_bits(compiled), as_bits(report.record_decoder.values_in_python(text)))
 
+    def test_pairs_of_any_count_and_ties_are_valued_to_the_bit(self):
+        # Note [The middle of a few values, without branches]: up to 128
+        # pairs the medians are found without branches, above by
+        # nth_element; equal values, sorted and reversed pairs included.
+        rng = random.Random(7)
+        for n in (1, 2, 3, 4, 63, 64, 65, 127, 128, 129, 130, 300, 1001):
+            on = [rng.randrange(1, 10**9) for _ in range(n)]
+            shapes = {
+                "random": [[rng.randrange(1, 10**9), o] for o in on],
+                "equal": [[5000, 4000]] * n,
+                "two values": [[rng.choice((3, 9)), 2] for _ in range(n)],
+                "sorted": sorted([[o + i, o] for i, o in enumerate(on)]),
+            }
+            shapes["reversed"] = shapes["sorted"][::-1]
+            for shape, pairs in shapes.items():
+                text = pairs_text([("single_accelerator", pairs)], True)
+                compiled = self.values(text, report.record_fields.MAX_PAIRS)
+                self.assertIsNotNone(compiled, (n, shape))
+                self.assertEqual(
+                    as_bits(compiled),
+                    as_bits(report.record_decoder.values_in_python(text)),
+                    (n, shape),
+                )
+
     @hypothesis.settings(max_examples=1500, deadline=None, database=None)
     @hypothesis.given(
         st.lists(
