@@ -803,28 +803,52 @@ unchanged_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
           nullptr)) {
     return nullptr;
   }
-  try {
-    std::string names;
-    std::vector<int64_t> keys;
-    for (size_t i = 0; i < index.size; ++i) {
-      if (index.unchanged[i]) {
-        names.append(index.names[i]);
-        names += '/';
-        keys.insert(
-            keys.end(),
-            index.keys + i * kFields,
-            index.keys + (i + 1) * kFields);
-      }
+  // Note [The index's unchanged entries are copied once]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // A re-run writes the unchanged entries back (most of 76 MB at 10^6
+  // files). Appended entry by entry to growing buffers, then copied into
+  // bytes objects, they were copied three times over into fresh memory:
+  // 0.1 to 0.27 s of a re-run. So the sizes are counted first, the two
+  // bytes objects made at their size, and each run of unchanged entries
+  // copied into them once, as the entries lie in the index's buffers.
+  size_t name_bytes = 0, entries = 0;
+  for (size_t i = 0; i < index.size; ++i) {
+    if (index.unchanged[i]) {
+      name_bytes += index.names[i].size() + 1;
+      ++entries;
     }
-    return Py_BuildValue(
-        "(y#y#)",
-        names.data(),
-        Py_ssize_t(names.size()),
-        reinterpret_cast<const char*>(keys.data()),
-        Py_ssize_t(keys.size() * sizeof(int64_t)));
-  } catch (const std::bad_alloc&) {
-    return PyErr_NoMemory();
   }
+  const Ref names(PyBytes_FromStringAndSize(nullptr, Py_ssize_t(name_bytes)));
+  const Ref keys(PyBytes_FromStringAndSize(
+      nullptr, Py_ssize_t(entries * kFields * sizeof(int64_t))));
+  if (names.p == nullptr || keys.p == nullptr) {
+    return nullptr;
+  }
+  char* name_at = PyBytes_AS_STRING(names.p);
+  char* key_at = PyBytes_AS_STRING(keys.p);
+  for (size_t i = 0; i < index.size;) {
+    if (!index.unchanged[i]) {
+      ++i;
+      continue;
+    }
+    size_t end = i + 1;
+    while (end < index.size && index.unchanged[end]) {
+      ++end;
+    }
+    // Entries [i, end): their names lie one after the other, each
+    // "/"-ended, and their keys likewise.
+    const char* first = index.names[i].data();
+    const char* last =
+        index.names[end - 1].data() + index.names[end - 1].size();
+    const size_t length = size_t(last - first) + 1;
+    memcpy(name_at, first, length);
+    name_at += length;
+    const size_t key_length = (end - i) * kFields * sizeof(int64_t);
+    memcpy(key_at, index.keys + i * kFields, key_length);
+    key_at += key_length;
+    i = end;
+  }
+  return PyTuple_Pack(2, names.p, keys.p);
 }
 
 PyObject* spans_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
