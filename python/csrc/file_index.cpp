@@ -418,12 +418,13 @@ void in_shares(size_t count, size_t least, const Work& work) {
 // Note [The keys are checked in threads]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A stat per file is most of a re-run's time (Note [The files' index],
-// file_index.py), and the kernel does it for each thread at once. Finding
-// each listed name among the index's costs a cache miss or two more per
-// name, in the table and in the names: done before the threads, by this one
-// alone, it took about a third of a second at 10^6 files on 2 cores, beside
-// 0.9 s of stats. So the threads fill the table together, and then each
-// finds its share of the listed names as it checks their keys.
+// file_index.py), and the kernel does it for each thread at once: about
+// 1 s at 10^6 files on 2 cores (the benchmark's floors()). Finding each
+// listed name among the index's costs a cache miss or two more per name,
+// in the table and in the names, which this thread alone did before the
+// others started: about a tenth of a second at 10^6 files. So the threads
+// fill the table together, and then each finds its share of the listed
+// names as it checks their keys.
 void check_all_keys(
     int directory_fd,
     const Index& index,
