@@ -272,24 +272,25 @@ class MappedArray {
 // The listed names, each ended by a NUL (for fstatat), one after another.
 struct ListedNames {
   MappedArray<char> arena;
-  // Per name: where it starts in the arena, its entry in the index (or
-  // -1), and whether its key is unchanged.
+  // Per name: where it starts in the arena, its entry in the index (-1
+  // until check_keys finds it, and where the index has none), and whether
+  // its key is unchanged.
   MappedArray<size_t> starts;
   MappedArray<int64_t> entries;
   MappedArray<unsigned char> unchanged;
 
   // `name` is NUL-ended (a directory entry's).
-  void add(const char* name, size_t length, int64_t entry) {
+  void add(const char* name, size_t length) {
     starts.push_back(arena.size());
     arena.append(name, length + 1);
-    entries.push_back(entry);
+    entries.push_back(-1);
     unchanged.push_back(0);
   }
-  void add(std::string_view name, int64_t entry) {
+  void add(std::string_view name) {
     starts.push_back(arena.size());
     arena.append(name.data(), name.size());
     arena.push_back('\0');
-    entries.push_back(entry);
+    entries.push_back(-1);
     unchanged.push_back(0);
   }
   size_t size() const {
@@ -377,7 +378,7 @@ bool list_directory(
     } else if (type != DT_REG) {
       ++not_regular;
     } else {
-      listed.add(entry->d_name, length, -1);
+      listed.add(entry->d_name, length);
     }
   }
   closedir(dir);
@@ -699,7 +700,7 @@ PyObject* check_listed(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   try {
     ListedNames listed;
     for (const std::string_view name : split_names(*given)) {
-      listed.add(name, -1);
+      listed.add(name);
     }
     if (!check_all_keys_released(
             directory_fd, index, listed, files_per_thread)) {
