@@ -115,7 +115,7 @@ class TestReportCache(TestCase):
         fleet_report = report.fleet_report
         cache = self.cache()
         assembled = fleet_report.assemble_directory(self.dir, workers=workers, cache=cache)
-        self.assertEqual(cache.problems, [])
+        self.assertEqual(cache.problems, [], cache.problems)
         fresh = fleet_report.summarize_directory(self.dir, workers=workers)
         texts = [io.StringIO(), io.StringIO()]
         fleet_report.write_json(assembled, texts[0])
@@ -136,18 +136,26 @@ class TestReportCache(TestCase):
         # With a batch of one file, two and three processes share even the
         # few records here, from their files and from their parts.
         with unittest.mock.patch.object(report.fleet_report, "BATCH", 1):
-            self.random_changes()
+            written = self.random_changes()
+        # Note [The cache's changes]: re-runs wrote changes, and whole files
+        # once the changes were too many.
+        self.assertGreater(written["changes"], 0, written)
+        self.assertGreater(written["whole"], 1, written)
 
-    def random_changes(self):
+    def random_changes(self, rounds=12, after_each=None):
         names = [f"r{i}.json" for i in range(60)]
         for name in names:
             self.write(name)
         changes = ("add", "remove", "replace", "in place", "truncate", "junk")
         seen = set()
         moved, joined = 0, None
-        for round in range(12):
+        written = collections.Counter()
+        for round in range(rounds):
             cached, fresh = self.reports(workers=1 + round % 3)
             self.assertEqual(cached, fresh, f"round {round}")
+            written[self.what_was_written()] += 1
+            if after_each is not None:
+                after_each()
             now = {j: s["left_out"].get("torchrun agent") for j, s in fresh["jobs"].items()}
             moved += joined is not None and now != joined
             joined = now
@@ -193,6 +201,148 @@ class TestReportCache(TestCase):
         self.assertEqual(logs, named)
         cached, fresh = self.reports(workers=2)
         self.assertEqual(cached, fresh)
+        return written
+
+    def cache_files(self):
+        """(the cache file's path, its changes file's) of the default options."""
+        (folder,) = os.listdir(self.cache_root)
+        cache = self.cache()
+        name = cache.name_of((None, None, None, False))
+        folder = os.path.join(self.cache_root, folder)
+        changes = report.report_cache.changes_name(name)
+        return os.path.join(folder, name), os.path.join(folder, changes)
+
+    def what_was_written(self):
+        """ "whole" where the last report wrote the cache's file anew,
+        "changes" where it wrote changes to it, "nothing" where neither."""
+        path, changes = self.cache_files()
+        with open(path, "rb") as f:
+            identity = self.identity_of(f.read())
+        last = getattr(self, "_last_written", None)
+        self._last_written = (
+            identity,
+            os.stat(changes).st_mtime_ns if os.path.exists(changes) else 0,
+        )
+        if last is None or last[0] != identity:
+            self.assertFalse(os.path.exists(changes))
+            return "whole"
+        return "nothing" if last == self._last_written else "changes"
+
+    def identity_of(self, data):
+        cache = self.cache()
+        at = len(cache.tag) + 4
+        return data[at : at + report.report_cache.IDENTITY_BYTES]
+
+    def test_changes_give_the_state_the_whole_file_would(self):
+        # Note [The cache's changes]: beside this cache, one that always
+        # writes the whole file; after every round both load the same index
+        # (names and keys, the parts' places aside), reasons and jobs' parts.
+        cache_module = report.report_cache
+        whole_root = os.path.join(self.tmp.name, "whole")
+
+        def load(root):
+            cache = cache_module.ReportCache(self.dir, root)
+            names, keys, reasons, jobs = cache.load((None, None, None, False))
+            self.assertEqual(cache.problems, [])
+            cache.close()
+            keys = array.array("q", bytes(keys))
+            fields = report.file_index.FIELDS
+            entries = sorted(
+                zip(
+                    names.split(b"/")[:-1],
+                    (tuple(keys[i : i + 4]) for i in range(0, len(keys), fields)),
+                )
+            )
+            # A summary's marshal may mark a shared object or not: the
+            # summary itself is the same.
+            jobs = {j: (p[0] and marshal.loads(p[0]), *p[1:]) for j, p in jobs.items()}
+            return entries, reasons, jobs
+
+        def whole_too():
+            with unittest.mock.patch.object(self, "cache_root", whole_root):
+                self.whole_report()
+            self.assertEqual(load(self.cache_root), load(whole_root))
+
+        with (
+            unittest.mock.patch.object(cache_module, "CHANGES_SHARE", 1),
+            unittest.mock.patch.object(cache_module, "JOB_CHANGES_SHARE", 1),
+        ):
+            written = self.random_changes(rounds=8, after_each=whole_too)
+        self.assertGreaterEqual(written["changes"], 5, written)
+
+    def whole_report(self):
+        """A report that writes the cache's whole file, as one whose changes
+        would be too many does."""
+        cache_module = report.report_cache
+        writer = cache_module.ReportCache.writer
+        with unittest.mock.patch.object(
+            cache_module.ReportCache,
+            "writer",
+            lambda cache, options, rereading=None: writer(cache, options, None),
+        ):
+            report.fleet_report.assemble_directory(self.dir, cache=self.cache())
+
+    def test_changes_to_a_file_since_replaced_are_not_applied(self):
+        # Note [The cache's changes]: changes name the file they change;
+        # beside another file (a report that wrote the whole file meanwhile)
+        # they are not used, and nothing is wrong.
+        for i in range(40):
+            self.write(f"r{i}.json")
+        self.reports()
+        self.assertEqual(self.what_was_written(), "whole")
+        self.rewrite_in_place("r3.json")
+        self.reports()
+        self.assertEqual(self.what_was_written(), "changes")
+        path, changes = self.cache_files()
+        with open(changes, "rb") as f:
+            stale = f.read()
+        for i in range(10, 20):
+            os.unlink(os.path.join(self.dir, f"r{i}.json"))
+        self.whole_report()
+        self.assertEqual(self.what_was_written(), "whole")
+        # The changes to the file before, back beside the new one.
+        with open(changes, "wb") as f:
+            f.write(stale)
+        cache = self.cache()
+        names, _, _, _ = cache.load((None, None, None, False))
+        self.assertEqual(cache.problems, [])
+        self.assertEqual(names.count(b"/"), 30)
+        cached, fresh = self.reports()
+        self.assertEqual(cached, fresh)
+
+    def test_a_job_whose_files_all_went_stays_gone(self):
+        # Note [The cache's changes]: the changes name the jobs gone, and a
+        # later re-run does not bring them back from the file.
+        for job in ("j0", "j1", "j2", "j3", "j5", "j6", "j7", "j8"):
+            for i in range(4):
+                record = random_record(self.rng, self.written)
+                record.update(job=job, role="rank", rank=i)
+                record.pop("parent", None)
+                self.write(f"{job}{i}.json", record)
+        self.reports()
+        self.assertEqual(self.what_was_written(), "whole")
+        for i in range(4):
+            os.unlink(os.path.join(self.dir, f"j2{i}.json"))
+        cached, _ = self.reports()
+        self.assertEqual(self.what_was_written(), "changes")
+        self.assertNotIn("j2", cached["jobs"])
+        self.rewrite_in_place("j31.json")  # now in j4
+        cached, _ = self.reports()
+        self.assertEqual(self.what_was_written(), "changes")
+        self.assertNotIn("j2", cached["jobs"])
+
+    def test_positions_gone_from_a_file(self):
+        # gone_from_file against the positions counted out one by one.
+        rng = random.Random(3)
+        gone_from_file = report.report_cache.gone_from_file
+        for _ in range(300):
+            size = rng.randrange(0, 40)
+            gone = sorted(rng.sample(range(size), rng.randrange(0, size + 1)))
+            kept = [i for i in range(size) if i not in gone]
+            now = sorted(rng.sample(range(len(kept)), rng.randrange(0, len(kept) + 1)))
+            expected = sorted(gone + [kept[k] for k in now])
+            got = gone_from_file(array.array("q", gone), iter(now))
+            self.assertEqual(list(got), expected, (gone, now))
 
     def test_a_file_rewritten_in_place_with_the_same_size_is_read_again(self):
         # The key's mtime alone tells this change (a mutation that leaves it
@@ -255,6 +405,42 @@ class TestReportCache(TestCase):
             self.assertIn("ignoring the report's cache", lines[0])
             self.assertIn("rebuilding it", lines[0])
             # Rebuilt: the next run meets nothing.
+            proc = self.run_report("--json", "--cache-dir", cache_dir)
+            self.assertEqual((proc.stdout, proc.stderr), (fresh, ""), how)
+
+    def test_changes_that_cannot_be_trusted_are_ignored_with_one_line_and_rebuilt(self):
+        # Note [The cache's changes]: as the file itself.
+        for i in range(40):
+            self.write(f"r{i}.json")
+        cache_dir = os.path.join(self.tmp.name, "cli-cache")
+        self.assertEqual(self.run_report("--json", "--cache-dir", cache_dir).returncode, 0)
+        magic = report.report_cache._MAGIC
+        for round, how in enumerate(("truncated", "flipped", "another version", "junk")):
+            self.rewrite_in_place(f"r{round}.json")
+            fresh = self.run_report("--json", "--no-cache").stdout
+            self.assertEqual(self.run_report("--json", "--cache-dir", cache_dir).stdout, fresh)
+            (folder,) = [os.path.join(cache_dir, n) for n in os.listdir(cache_dir)]
+            (path,) = [
+                os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".changes")
+            ]
+            with open(path, "rb") as f:
+                written = f.read()
+            damaged = {
+                "truncated": written[: len(written) // 2],
+                "flipped": written[:-3] + bytes([written[-3] ^ 0x55]) + written[-2:],
+                "another version": magic + b"0" * 64 + written[len(magic) + 64 :],
+                "junk": b"\x00junk",
+            }[how]
+            with open(path, "wb") as f:
+                f.write(damaged)
+            proc = self.run_report("--json", "--cache-dir", cache_dir)
+            self.assertEqual((proc.returncode, proc.stdout), (0, fresh), how)
+            lines = proc.stderr.splitlines()
+            self.assertEqual(len(lines), 1, f"{how}: {proc.stderr}")
+            self.assertIn("ignoring the report's cache", lines[0])
+            self.assertIn(".changes", lines[0])
+            # Rebuilt, whole: the changes went, and the next run meets nothing.
+            self.assertFalse(os.path.exists(path), how)
             proc = self.run_report("--json", "--cache-dir", cache_dir)
             self.assertEqual((proc.stdout, proc.stderr), (fresh, ""), how)
 
@@ -447,7 +633,7 @@ class TestReportCache(TestCase):
         ):
             cache = self.cache()
             cached = report.fleet_report.summarize_directory(self.dir, cache=cache)
-        self.assertEqual(cache.problems, [])
+        self.assertEqual(cache.problems, [], cache.problems)
         # Only the changed files are read; j3 lost a file to j4, j6 gained
         # one, j1 lost one: those four jobs' records are counted (the
         # unchanged ones from their parts, Note [A record's part, kept]), no
@@ -656,7 +842,7 @@ class TestCompiledFileReading(TestCase):
                         fresh,
                         f"{way}, round {round}",
                     )
-                    self.assertEqual(cache.problems, [])
+                    self.assertEqual(cache.problems, [], cache.problems)
             self.assertEqual(
                 self.index_of(roots["compiled"], True), self.index_of(roots["python"], False)
             )

@@ -736,7 +736,10 @@ def _assemble(directory, options, workers, shown, cache, use_index) -> Optional[
                 listed, unchanged = scan(directory_fd, None, totals.skipped)
         sink = None
         if cache is not None:
-            sink = _IndexSink(cache.writer(options), bool(names))
+            # Note [The cache's changes]: a re-run that reads few files
+            # writes what changed.
+            rereading = listed.count(b"/") if names else None
+            sink = _IndexSink(cache.writer(options, rereading), bool(names))
             writer = sink.writer
             if writer is not None:
                 logs = _Logs(cache, cache_name)
@@ -775,7 +778,7 @@ def _assemble(directory, options, workers, shown, cache, use_index) -> Optional[
                 named = logs.made
                 if names:
                     named = named | part_logs_of(names, keys, unchanged)[0]
-                    writer.add(*unchanged_entries_of(names, keys, unchanged))
+                    writer.carry(names, keys, unchanged)
                 del names, keys, unchanged
                 reasons.update(sink.reasons)
                 writer.finish(reasons, assembled.kept())
