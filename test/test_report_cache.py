@@ -331,6 +331,24 @@ class TestReportCache(TestCase):
         self.assertEqual(self.what_was_written(), "changes")
         self.assertNotIn("j2", cached["jobs"])
 
+    def test_changes_grown_to_a_quarter_of_the_file_are_written_whole(self):
+        # Note [The cache's changes]: files removed only take entries away
+        # (junk here, which changes no job); past a quarter of the file's 42,
+        # it is written anew.
+        for i in range(30):
+            self.write(f"r{i}.json")
+        for i in range(12):
+            self.write(f"k{i}.json", text="{not json")
+        self.reports()
+        self.assertEqual(self.what_was_written(), "whole")
+        for i in range(10):
+            os.unlink(os.path.join(self.dir, f"k{i}.json"))
+        self.reports()
+        self.assertEqual(self.what_was_written(), "changes")
+        os.unlink(os.path.join(self.dir, "k10.json"))
+        self.reports()
+        self.assertEqual(self.what_was_written(), "whole")
+
     def test_positions_gone_from_a_file(self):
         # gone_from_file against the positions counted out one by one.
         rng = random.Random(3)

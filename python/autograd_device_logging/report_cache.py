@@ -534,11 +534,11 @@ def _closed(file) -> None:
 # writes every change since the file, not since the last run, so a load
 # applies one changes file, and the state it gives is the one the whole file
 # would have held (test_report_cache.py holds the two equal). Once the
-# changes would hold more than 1/CHANGES_SHARE of the file's entries, or
-# parts of more than 1/JOB_CHANGES_SHARE of its jobs, the re-run writes the
-# whole file anew and the changes go. A changes file that is corrupt, from
-# another version or unreadable makes the whole cache ignored with one line,
-# as a corrupt file does.
+# changes would add or take away more than 1/CHANGES_SHARE of the file's
+# entries, or hold parts of more than 1/JOB_CHANGES_SHARE of its jobs, the
+# re-run writes the whole file anew and the changes go. A changes file that
+# is corrupt, from another version or unreadable makes the whole cache
+# ignored with one line, as a corrupt file does.
 CHANGES_SHARE = 4
 JOB_CHANGES_SHARE = 2
 
@@ -669,9 +669,12 @@ class ChangesWriter:
         added_keys = b"".join([changed[1], *self.keys])
         jobs = {job: part for job, part in results.items() if base.jobs.get(job) is not part}
         removed = [job for job in base.jobs if job not in results]
-        if len(added_keys) // (8 * FIELDS) * CHANGES_SHARE > base.entries or (
-            len(jobs) + len(removed)
-        ) * JOB_CHANGES_SHARE > len(base.jobs):
+        too_many = (
+            len(added_keys) // (8 * FIELDS) * CHANGES_SHARE > base.entries
+            or len(gone) * CHANGES_SHARE > base.entries
+            or (len(jobs) + len(removed)) * JOB_CHANGES_SHARE > len(base.jobs)
+        )
+        if too_many:
             whole = CacheWriter(self.cache, self.name)
             whole.carry(names, keys, unchanged)
             for n, k in zip(self.names, self.keys):
