@@ -522,11 +522,11 @@ def _closed(file) -> None:
 # every job's part again (127 MB at 10^6 records) took about 0.45 s of a
 # 3.2 s re-run; the changes after 1% of the files were replaced, 9 MB, take
 # 0.05 s. So a re-run whose files to read, with the entries the changes
-# already hold, are at most 1/CHANGES_SHARE of the file's entries keeps
-# the entries of the files it reads in memory (ChangesWriter) and writes,
-# beside the file load() read, only what changed since it: the positions of the file's
-# entries gone, the entries added since, the reasons, the jobs' parts that
-# are not the file's, and the jobs gone. They are written whole to the
+# already hold, are at most 1/CHANGES_SHARE of the file's entries keeps the
+# entries of the files it reads in memory (ChangesWriter) and writes, beside
+# the file load() read, only what changed since it: the positions of the
+# file's entries gone, the entries added since, the reasons, the jobs' parts
+# that are not the file's, and the jobs gone. They are written whole to the
 # file's changes file (changes_name), created exclusively and renamed into
 # place like the file, after the file's identity (the random bytes each file
 # begins with: Note [The cache's file]), so that changes to a file another
@@ -647,7 +647,8 @@ class ChangesWriter:
         self.carried = None
         self.failed = False
         self.temporary = f".{changes_name(self.name)}.{os.getpid()}"
-        self.written = False
+        # Whether the temporary file is there, to remove.
+        self.made = False
 
     def add(self, names: bytes, keys: bytes) -> None:
         self.names.append(names)
@@ -693,7 +694,7 @@ class ChangesWriter:
                 0o600,
                 dir_fd=folder,
             )
-            self.written = True
+            self.made = True
             with open(fd, "wb") as f:
                 f.write(self.cache.tag)
                 f.write(zlib.crc32(body).to_bytes(4, "little"))
@@ -701,7 +702,7 @@ class ChangesWriter:
             os.replace(
                 self.temporary, changes_name(self.name), src_dir_fd=folder, dst_dir_fd=folder
             )
-            self.written = False
+            self.made = False
         except OSError as e:
             self.failed = True
             self.cache.problems.append(
@@ -712,8 +713,8 @@ class ChangesWriter:
 
     def abandon(self) -> None:
         """Leaves the cache as it was."""
-        if self.written:
-            self.written = False
+        if self.made:
+            self.made = False
             try:
                 os.unlink(self.temporary, dir_fd=self.cache._fd)
             except OSError:
