@@ -586,6 +586,7 @@ def main():
                     if duck_runs[-1][2] != duck_counts_of(report):
                         sys.exit("DuckDB's per-job counts differ from the report's")
                     duck = summary(duck_runs)
+                next_day = next_day_runs(work, directory, cores, args.repeat)
                 row = (
                     size,
                     len(report["jobs"]) - 1,
@@ -593,6 +594,7 @@ def main():
                     summary(cold),
                     replaced,
                     summary(warm_runs),
+                    summary(next_day),
                     duck,
                 )
                 print(row, f"(made in {made:.0f} s)", flush=True)
@@ -601,6 +603,31 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
     write(args, rows, duckdb_version, profiled, profiled_warm, machine)
     return 0
+
+
+def next_day_runs(work, directory, cores, repeat):
+    """The warm run's next day: another 1% of the records replaced, then
+    each run from its own copy of the cache the first warm run left (its
+    file and the changes since: Note [The cache's changes]), checked equal
+    to a fresh read."""
+    kept = os.path.join(work, "next-day-kept")
+    shutil.copytree(os.path.join(work, f"cache-{cores}-0"), kept)
+    if not any(n.endswith(".changes") for _, _, names in os.walk(kept) for n in names):
+        sys.exit("the warm run wrote its cache whole: the next day would not load changes")
+    replace_some(directory, 0.01, seed=100 + cores)
+    os.sync()
+    warm(directory)
+    after = report_run(directory, cores, None)
+    runs = []
+    for r in range(repeat):
+        cache = os.path.join(work, f"cache-{cores}-{r}")
+        shutil.rmtree(cache)
+        shutil.copytree(kept, cache)
+        runs.append(warmed(directory, report_run, cores, cache))
+        if runs[-1][2] != after[2]:
+            sys.exit("the next day's report from the cache differs from a fresh read")
+    shutil.rmtree(kept)
+    return runs
 
 
 def check_counts(report, size):
@@ -666,37 +693,41 @@ def write(args, rows, duckdb_version, profiled, profiled_warm, machine):
         "writes the cache). **Warm**: then 1% of the records replaced by new ones (renamed "
         "into place, as the library writes), and the report again from the cache the cold run "
         "left (Note [The report's cache]); its output is checked equal, to the byte, to a "
-        "fresh read. DuckDB: `docs/fleet-report.sql` on the same files, the per-job counts "
+        "fresh read. **Next day**: then another 1% replaced, and the report from the cache "
+        "the warm run left, the file and the changes since (Note [The cache's changes]), as "
+        "a daily report runs from its second re-run on; checked the same way. DuckDB: `docs/fleet-report.sql` on the same files, the per-job counts "
         "only, checked equal to the report's. Each in a child process, "
         f"{args.repeat} times: the median wall time with the fastest and slowest run, and the "
         "highest peak resident memory of its whole process tree (sampled every 20 ms).",
         "",
         "| records | jobs | cores | cold s | cold peak MB | replaced | warm s | warm peak MB "
-        "| DuckDB s | DuckDB peak MB |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| next day s | next day peak MB | DuckDB s | DuckDB peak MB |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
 
     def timed(t):
         return f"{t[0]:.1f} ({t[1]:.1f}-{t[2]:.1f})"
 
-    for size, jobs, cores, cold, replaced, warm_, duck in rows:
+    for size, jobs, cores, cold, replaced, warm_, next_day, duck in rows:
         duck_cells = f"{timed(duck)} | {duck[3]:.0f}" if duck else "- | -"
         lines.append(
             f"| {size:,} | {jobs:,} | {cores} | {timed(cold)} | {cold[3]:.0f} | {replaced:,} "
-            f"| {timed(warm_)} | {warm_[3]:.0f} | {duck_cells} |"
+            f"| {timed(warm_)} | {warm_[3]:.0f} | {timed(next_day)} | {next_day[3]:.0f} "
+            f"| {duck_cells} |"
         )
     largest = [r for r in rows if r[0] >= 10**6 and r[2] == 2]
     if largest:
-        _, _, _, cold, _, warm_, _ = largest[0]
+        _, _, _, cold, _, warm_, next_day, _ = largest[0]
         cold_met = cold[2] <= TARGET_SECONDS and cold[3] <= TARGET_MB
-        warm_met = warm_[2] <= TARGET_WARM_SECONDS
         lines += [
             "",
             f"Targets for 10^6 records on 2 cores: cold at most {TARGET_SECONDS:.0f} s and "
             f"{TARGET_MB:.0f} MB, measured {cold[0]:.1f} s (slowest {cold[2]:.1f} s) and "
             f"{cold[3]:.0f} MB: " + ("met" if cold_met else "MISSED") + f"; warm at most "
             f"{TARGET_WARM_SECONDS:.0f} s, measured {warm_[0]:.1f} s (slowest {warm_[2]:.1f} s): "
-            + ("met." if warm_met else "MISSED."),
+            + ("met" if warm_[2] <= TARGET_WARM_SECONDS else "MISSED")
+            + f", and the next day {next_day[0]:.1f} s (slowest {next_day[2]:.1f} s): "
+            + ("met." if next_day[2] <= TARGET_WARM_SECONDS else "MISSED."),
         ]
     if profiled:
         n, read, decoded, kept, together, counted, reported = profiled
