@@ -227,25 +227,28 @@ class ReportCache:
         if body is None:
             return None
         try:
-            identity, state = _parsed(body)
+            identity, (names, keys, reasons, jobs) = _parsed(body)
         except (ValueError, EOFError, TypeError):
             self._problem(f"{os.path.join(self.folder, name)}: corrupt")
             return None
+        # The file's bytes go with the last view of them (names and keys).
         del body
-        names, keys, reasons, jobs = state
-        base = Base(name, identity, len(keys) // (8 * FIELDS), len(names), jobs)
+        entries = sum(map(len, keys)) // (8 * FIELDS)
+        base = Base(name, identity, entries, sum(map(len, names)), jobs)
         problems = len(self.problems)
         changes = self._contents(changes_name(name))
         if changes is not None and changes[:IDENTITY_BYTES] == identity:
             # Changes since another file of this name (made by a report
             # that ran meanwhile) are not these.
             try:
-                state = base.changed(state, changes[IDENTITY_BYTES:])
+                state = base.changed(names, keys, changes[IDENTITY_BYTES:])
             except (ValueError, EOFError, TypeError):
                 self._problem(f"{os.path.join(self.folder, changes_name(name))}: corrupt")
                 return None
         elif len(self.problems) > problems:
             return None
+        else:
+            state = b"".join(names), b"".join(keys), reasons, jobs
         self.loaded = base
         return state
 
@@ -363,9 +366,9 @@ class ReportCache:
 IDENTITY_BYTES = 16
 
 
-def _parsed(body: memoryview) -> Tuple[bytes, State]:
-    """(the file's identity, the state a file's body holds); ValueError
-    where it is not one."""
+def _parsed(body: memoryview) -> Tuple[bytes, tuple]:
+    """(the file's identity, the state a file's body holds, its names and
+    keys as lists of views of `body`); ValueError where it is not one."""
     if len(body) < IDENTITY_BYTES + 8:
         raise ValueError("corrupt")
     end = int.from_bytes(body[-8:], "little")
@@ -398,7 +401,7 @@ def _parsed(body: memoryview) -> Tuple[bytes, State]:
     results: Dict[str, tuple] = {}
     for part in pieces[1:]:
         results.update(part)
-    return bytes(body[:IDENTITY_BYTES]), (b"".join(names), b"".join(keys), pieces[0], results)
+    return bytes(body[:IDENTITY_BYTES]), (names, keys, pieces[0], results)
 
 
 JOBS_PER_PART = 4096
@@ -568,9 +571,11 @@ class Base:
     def kept(self) -> int:
         return self.entries - len(self.gone)
 
-    def changed(self, state: State, changes: memoryview) -> State:
-        """`state`, the file's, with `changes` (a changes file's body after
-        the identity); ValueError where they are not the file's."""
+    def changed(self, file_names: list, file_keys: list, changes: memoryview) -> State:
+        """The state of the file (its names and keys as _parsed gives them,
+        which are let go here; its reasons and jobs' parts as this Base
+        holds them) with `changes` (a changes file's body after the
+        identity); ValueError where they are not the file's."""
         gone, names, keys, reasons, jobs, removed = marshal.loads(changes)
         if not (
             type(gone) is bytes
@@ -590,24 +595,28 @@ class Base:
             raise ValueError("corrupt")
         if names and not names.endswith(b"/"):
             raise ValueError("corrupt")
-        file_names, file_keys, _, file_jobs = state
-        if self.gone:
-            kept = bytearray(b"\x01") * self.entries
-            for i in self.gone:
-                kept[i] = 0
-            file_names, file_keys = unchanged_entries_of(
-                file_names, memoryview(file_keys).cast("q"), kept
-            )
-        self.kept_names = len(file_names)
-        self.changed_entries = len(keys) // (8 * FIELDS)
-        merged = dict(file_jobs)
+        merged = dict(self.jobs)
         merged.update(jobs)
         try:
             for job in removed:
                 del merged[job]
         except (KeyError, TypeError):
             raise ValueError("corrupt") from None
-        return b"".join((file_names, names)), b"".join((file_keys, keys)), reasons, merged
+        self.changed_entries = len(keys) // (8 * FIELDS)
+        # One copy of the file's entries and the changes' together, then
+        # the file's bytes let go before the entries gone are left out.
+        all_names, all_keys = b"".join([*file_names, names]), b"".join([*file_keys, keys])
+        file_names.clear()
+        file_keys.clear()
+        if self.gone:
+            flags = bytearray(b"\x01") * (self.entries + self.changed_entries)
+            for i in self.gone:
+                flags[i] = 0
+            all_names, all_keys = unchanged_entries_of(
+                all_names, memoryview(all_keys).cast("q"), flags
+            )
+        self.kept_names = len(all_names) - len(names)
+        return all_names, all_keys, reasons, merged
 
 
 def _zeros(flags: bytearray, end: int) -> Iterator[int]:
