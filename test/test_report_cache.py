@@ -132,6 +132,29 @@ class TestReportCache(TestCase):
             timeout=300,
         )
 
+    def one_line_then_rebuilt(self, cache_dir, fresh, how, *said):
+        """A report from the cache in `cache_dir` gives `fresh` and one line
+        on stderr saying each of `said`; the next meets nothing."""
+        proc = self.run_report("--json", "--cache-dir", cache_dir)
+        self.assertEqual((proc.returncode, proc.stdout), (0, fresh), how)
+        lines = proc.stderr.splitlines()
+        self.assertEqual(len(lines), 1, f"{how}: {proc.stderr}")
+        for words in said:
+            self.assertIn(words, lines[0])
+        proc = self.run_report("--json", "--cache-dir", cache_dir)
+        self.assertEqual((proc.stdout, proc.stderr), (fresh, ""), how)
+
+    @staticmethod
+    def damaged(written):
+        """A cache file's bytes `written`, damaged each way a file can be."""
+        magic = report.report_cache._MAGIC
+        return {
+            "truncated": written[: len(written) // 2],
+            "flipped": written[:-3] + bytes([written[-3] ^ 0x55]) + written[-2:],
+            "another version": magic + b"0" * 64 + written[len(magic) + 64 :],
+            "junk": b"\x00junk",
+        }
+
     def test_cached_and_fresh_reports_are_equal_under_random_changes(self):
         # With a batch of one file, two and three processes share even the
         # few records here, from their files and from their parts.
@@ -400,13 +423,7 @@ class TestReportCache(TestCase):
         path = os.path.join(folder, name)
         with open(path, "rb") as f:
             written = f.read()
-        magic = report.report_cache._MAGIC
-        damaged = {
-            "truncated": written[: len(written) // 2],
-            "flipped": written[:-3] + bytes([written[-3] ^ 0x55]) + written[-2:],
-            "another version": magic + b"0" * 64 + written[len(magic) + 64 :],
-            "junk": b"\x00junk",
-        }
+        damaged = self.damaged(written)
         if os.geteuid() != 0:  # root reads a file of mode 0
             damaged["unreadable"] = written
         for how, data in damaged.items():
@@ -415,16 +432,9 @@ class TestReportCache(TestCase):
                 f.write(data)
             if how == "unreadable":
                 os.chmod(path, 0)
-            proc = self.run_report("--json", "--cache-dir", cache_dir)
-            self.assertEqual(proc.returncode, 0, how)
-            self.assertEqual(proc.stdout, fresh, how)
-            lines = proc.stderr.splitlines()
-            self.assertEqual(len(lines), 1, f"{how}: {proc.stderr}")
-            self.assertIn("ignoring the report's cache", lines[0])
-            self.assertIn("rebuilding it", lines[0])
-            # Rebuilt: the next run meets nothing.
-            proc = self.run_report("--json", "--cache-dir", cache_dir)
-            self.assertEqual((proc.stdout, proc.stderr), (fresh, ""), how)
+            self.one_line_then_rebuilt(
+                cache_dir, fresh, how, "ignoring the report's cache", "rebuilding it"
+            )
 
     def test_changes_that_cannot_be_trusted_are_ignored_with_one_line_and_rebuilt(self):
         # Note [The cache's changes]: as the file itself.
@@ -432,7 +442,6 @@ class TestReportCache(TestCase):
             self.write(f"r{i}.json")
         cache_dir = os.path.join(self.tmp.name, "cli-cache")
         self.assertEqual(self.run_report("--json", "--cache-dir", cache_dir).returncode, 0)
-        magic = report.report_cache._MAGIC
         for round, how in enumerate(("truncated", "flipped", "another version", "junk")):
             self.rewrite_in_place(f"r{round}.json")
             fresh = self.run_report("--json", "--no-cache").stdout
@@ -442,25 +451,14 @@ class TestReportCache(TestCase):
                 os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".changes")
             ]
             with open(path, "rb") as f:
-                written = f.read()
-            damaged = {
-                "truncated": written[: len(written) // 2],
-                "flipped": written[:-3] + bytes([written[-3] ^ 0x55]) + written[-2:],
-                "another version": magic + b"0" * 64 + written[len(magic) + 64 :],
-                "junk": b"\x00junk",
-            }[how]
+                damaged = self.damaged(f.read())[how]
             with open(path, "wb") as f:
                 f.write(damaged)
-            proc = self.run_report("--json", "--cache-dir", cache_dir)
-            self.assertEqual((proc.returncode, proc.stdout), (0, fresh), how)
-            lines = proc.stderr.splitlines()
-            self.assertEqual(len(lines), 1, f"{how}: {proc.stderr}")
-            self.assertIn("ignoring the report's cache", lines[0])
-            self.assertIn(".changes", lines[0])
-            # Rebuilt, whole: the changes went, and the next run meets nothing.
+            self.one_line_then_rebuilt(
+                cache_dir, fresh, how, "ignoring the report's cache", ".changes", "rebuilding it"
+            )
+            # Rebuilt whole: the changes went.
             self.assertFalse(os.path.exists(path), how)
-            proc = self.run_report("--json", "--cache-dir", cache_dir)
-            self.assertEqual((proc.stdout, proc.stderr), (fresh, ""), how)
 
     def test_a_part_log_is_made_only_in_the_cache_folder(self):
         # A log made before anything opened the cache's folder goes into
@@ -504,14 +502,7 @@ class TestReportCache(TestCase):
                         data[at] ^= 0x20
                     f.seek(0)
                     f.write(data)
-            proc = self.run_report("--json", "--cache-dir", cache_dir)
-            self.assertEqual((proc.returncode, proc.stdout), (0, fresh), how)
-            lines = proc.stderr.splitlines()
-            self.assertEqual(len(lines), 1, f"{how}: {proc.stderr}")
-            self.assertIn("report's cache", lines[0])
-            # Rebuilt: the next run meets nothing.
-            proc = self.run_report("--json", "--cache-dir", cache_dir)
-            self.assertEqual((proc.stdout, proc.stderr), (fresh, ""), how)
+            self.one_line_then_rebuilt(cache_dir, fresh, how, "report's cache")
 
     def test_the_cache_is_the_users_and_never_in_the_record_directory(self):
         for i in range(10):
