@@ -59,7 +59,6 @@ from .file_index import (
     part_logs_of,
     scan,
     spans_of,
-    unchanged_entries_of,
 )
 from .fleet_report_options import make_parser, table_width
 from .fleet_totals import ALL_JOBS, Assembled, FleetTotals, finished_jobs, kept_job
