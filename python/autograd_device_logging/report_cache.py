@@ -179,6 +179,17 @@ class ReportCache:
             pass  # only a note for whoever looks in the folder
         return True
 
+    def create(self, name: str) -> int:
+        """A descriptor of the new file `name` in the opened folder, mode
+        0600, created exclusively and through no link (a FileExistsError
+        where the name is taken)."""
+        return os.open(
+            name,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=self._fd,
+        )
+
     def name_of(self, options: tuple) -> str:
         return self._name(options)
 
@@ -420,13 +431,7 @@ class CacheWriter:
         self.file = None
         self.failed = False
         try:
-            fd = os.open(
-                self.temporary,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=cache._fd,
-            )
-            self.file = open(fd, "wb")
+            self.file = open(cache.create(self.temporary), "wb")
             self.file.write(cache.tag)
             self.file.write(bytes(4))  # the CRC, once the body is written
             self._write(os.urandom(IDENTITY_BYTES))
@@ -697,12 +702,7 @@ class ChangesWriter:
         )
         folder = self.cache._fd
         try:
-            fd = os.open(
-                self.temporary,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=folder,
-            )
+            fd = self.cache.create(self.temporary)
             self.made = True
             with open(fd, "wb") as f:
                 f.write(self.cache.tag)
@@ -765,12 +765,7 @@ class PartsLog:
             log = int.from_bytes(os.urandom(4), "little") >> 1 or 1
             name = part_log_name(cache_name, log)
             try:
-                fd = os.open(
-                    name,
-                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    0o600,
-                    dir_fd=cache._fd,
-                )
+                fd = cache.create(name)
             except FileExistsError:
                 continue
             except OSError:
