@@ -1176,6 +1176,135 @@ class TestCompiledRecordFields(TestCase):
             self.assertEqual(got, expected, left)
 
 
+def resident(path) -> bool:
+    """Whether the page cache holds any of the file at `path` (mincore on a
+    mapping of it, which reads nothing)."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = os.path.getsize(path)
+    pages = -(-size // mmap.PAGESIZE)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap")
+        try:
+            vector = (ctypes.c_ubyte * pages)()
+            if libc.mincore(address, size, vector) != 0:
+                raise OSError(ctypes.get_errno(), "mincore")
+            return any(v & 1 for v in vector)
+        finally:
+            libc.munmap(address, size)
+    finally:
+        os.close(fd)
+
+
+class TestFilesNotInMemory(TestCase):
+    """Note [A file not in memory is read later], record_file_reading.h: the
+    files the page cache lost are read after the others, and read the
+    same."""
+
+    def setUp(self):
+        super().setUp()
+        if report.record_decoder.keep_records is None or report.file_index.read_files is None:
+            self.skipTest(
+                "the build has no compiled reading (test_the_build_with_simdjson_has_the_"
+                "compiled_reading says whether it should)"
+            )
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = os.path.join(self.tmp.name, "records")
+        os.makedirs(self.dir)
+        # More files than are kept open to be read later (kMostReadLater).
+        for i, record in enumerate(generated_fleet(seed=11, jobs=40)):
+            with open(os.path.join(self.dir, f"r{i}.json"), "w") as f:
+                json.dump(record, f)
+        self.names = sorted(os.listdir(self.dir))
+        self.assertGreater(len(self.names), 150)
+        os.sync()
+
+    def dropped(self, names):
+        """Drops `names` from the page cache: how many it no longer holds."""
+        for name in names:
+            fd = os.open(os.path.join(self.dir, name), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+        gone = sum(not resident(os.path.join(self.dir, name)) for name in names)
+        if gone == 0:
+            self.skipTest(
+                f"{self.dir}'s file system keeps every file in memory (tmpfs?): "
+                "no file can be out of the page cache"
+            )
+        return gone
+
+    def report_and_read_later(self, *args):
+        """The report's JSON, made here by one process, and how many files it
+        read later (_record_files' and _record_decoding's counts)."""
+        code = (
+            "import sys\n"
+            "from autograd_device_logging import fleet_report\n"
+            "from autograd_device_logging import _record_decoding, _record_files\n"
+            "code = fleet_report.main(sys.argv[1:])\n"
+            "sys.stdout.flush()\n"
+            "print(_record_files.files_read_later(), _record_decoding.files_read_later(),"
+            " file=sys.stderr)\n"
+            "sys.exit(code)\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code, self.dir, "--json", "--workers", "1", *args],
+            env=child_env(self.dir),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+        counts = proc.stderr.strip().splitlines()[-1].split()
+        return proc.stdout, int(counts[0]), int(counts[1])
+
+    def test_files_out_of_the_page_cache_are_read_later_and_read_the_same(self):
+        # Files in memory are read as they come.
+        absent = sum(not resident(os.path.join(self.dir, name)) for name in self.names)
+        expected, later, _ = self.report_and_read_later("--no-cache")
+        self.assertLessEqual(later, absent)
+        rng = random.Random(3)
+        cache = os.path.join(self.tmp.name, "cache")
+        # Some files, then every file (more than are kept open at once), for
+        # the reading without the cache (read_files) and with it
+        # (keep_records).
+        for share in (0.3, 1.0):
+            for args, counted in ((["--no-cache"], 0), (["--cache-dir", cache], 1)):
+                with self.subTest(share=share, args=args):
+                    shutil.rmtree(cache, ignore_errors=True)
+                    gone = self.dropped(rng.sample(self.names, int(len(self.names) * share)))
+                    got, *later = self.report_and_read_later(*args)
+                    self.assertEqual(got, expected)
+                    # Most of them: the first read of a file not in memory
+                    # starts its reading, which a fast disk may finish
+                    # before the kernel looks again; that file is read in
+                    # place.
+                    self.assertGreater(later[counted], gone // 2)
+                    self.assertLessEqual(later[counted], len(self.names))
+                    if share == 1.0:
+                        # More than are kept open at once (kMostReadLater).
+                        self.assertGreater(later[counted], 64)
+                    self.assertEqual(later[1 - counted], 0)
+
+
 class TestCompiledPairsValuesAreBuilt(TestCase):
     def test_the_build_with_simdjson_has_the_compiled_reading(self):
         # A build that found simdjson ships the extension, and the report

@@ -48,8 +48,9 @@ struct Scratch {
 // At most this many class names are kept: a fleet has a few.
 constexpr size_t kClassNamesKept = 16;
 
+using autograd_device_logging_report::files_read_later;
 using autograd_device_logging_report::mtime_ns_of;
-using autograd_device_logging_report::read_record_file;
+using autograd_device_logging_report::read_record_files;
 using autograd_device_logging_report::RecordFile;
 using autograd_device_logging_report::Ref;
 
@@ -978,15 +979,19 @@ PyObject* keep_records(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         s.interning = true;
       }
     } plain(s);
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); ++i) {
+    const Py_ssize_t count = PyList_GET_SIZE(names);
+    for (Py_ssize_t i = 0; i < count; ++i) {
       PyObject* name = PyList_GET_ITEM(names, i);
       if (!PyBytes_Check(name) ||
           strlen(PyBytes_AS_STRING(name)) != size_t(PyBytes_GET_SIZE(name))) {
         PyErr_SetString(PyExc_ValueError, "each name must be bytes, no null");
         return nullptr;
       }
-      const RecordFile f =
-          read_record_file(directory_fd, PyBytes_AS_STRING(name), buffer);
+    }
+    // In an order of their own (Note [A file not in memory is read later],
+    // record_file_reading.h): the parts, names, keys and jobs each in it.
+    const auto keep = [&](size_t i, const RecordFile& f) -> bool {
+      PyObject* name = PyList_GET_ITEM(names, Py_ssize_t(i));
       Ref key(
           f.keyed ? Py_BuildValue(
                         "(LLK)",
@@ -995,13 +1000,13 @@ PyObject* keep_records(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                         static_cast<unsigned long long>(f.st.st_ino))
                   : none());
       if (key.p == nullptr) {
-        return nullptr;
+        return false;
       }
       Ref fields(nullptr);
       if (f.reason == nullptr) {
         fields.p = fields_of(s, {buffer.data(), f.filled});
         if (fields.p == nullptr && PyErr_Occurred()) {
-          return nullptr;
+          return false;
         }
       }
       Ref part(
@@ -1009,7 +1014,7 @@ PyObject* keep_records(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
               ? nullptr
               : PyMarshal_WriteObjectToString(fields.p, Py_MARSHAL_VERSION));
       if (fields.p != nullptr && part.p == nullptr) {
-        return nullptr;
+        return false;
       }
       if (part.p == nullptr ||
           PyBytes_GET_SIZE(part.p) >= (Py_ssize_t{1} << kSpanLengthBits)) {
@@ -1019,13 +1024,13 @@ PyObject* keep_records(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                 ? PyUnicode_FromString(f.reason)
                 : PyBytes_FromStringAndSize(buffer.data(), f.filled));
         if (what.p == nullptr) {
-          return nullptr;
+          return false;
         }
         Ref outcome(PyTuple_Pack(3, name, key.p, what.p));
         if (outcome.p == nullptr || PyList_Append(others.p, outcome.p) != 0) {
-          return nullptr;
+          return false;
         }
-        continue;
+        return true;
       }
       const char* bytes = PyBytes_AS_STRING(part.p);
       const size_t length = size_t(PyBytes_GET_SIZE(part.p));
@@ -1053,8 +1058,20 @@ PyObject* keep_records(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
            place,
            span});
       if (PyList_Append(jobs.p, PyTuple_GET_ITEM(fields.p, kJobSlot)) != 0) {
-        return nullptr;
+        return false;
       }
+      return true;
+    };
+    const bool whole = read_record_files(
+        directory_fd,
+        size_t(count),
+        [names](size_t i) {
+          return PyBytes_AS_STRING(PyList_GET_ITEM(names, Py_ssize_t(i)));
+        },
+        buffer,
+        keep);
+    if (!whole) {
+      return nullptr;
     }
     return Py_BuildValue(
         "(y#y#y#OO)",
@@ -1299,7 +1316,19 @@ PyObject* pairs_values(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return out;
 }
 
+// Note [A file not in memory is read later], record_file_reading.h.
+PyObject* read_later(PyObject*, PyObject*) {
+  return PyLong_FromSize_t(files_read_later());
+}
+
 PyMethodDef kMethods[] = {
+    {"files_read_later",
+     read_later,
+     METH_NOARGS,
+     "files_read_later() -> int\n"
+     "\n"
+     "How many files keep_records has read after those listed after them,\n"
+     "the page cache not holding them, in this process."},
     {"pairs_values",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(pairs_values)),
      METH_FASTCALL,

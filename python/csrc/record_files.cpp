@@ -23,8 +23,9 @@
 
 namespace {
 
+using autograd_device_logging_report::files_read_later;
 using autograd_device_logging_report::mtime_ns_of;
-using autograd_device_logging_report::read_record_file;
+using autograd_device_logging_report::read_record_files;
 using autograd_device_logging_report::RecordFile;
 using autograd_device_logging_report::Ref;
 
@@ -57,28 +58,17 @@ PyObject* skipped(PyObject* key, const char* reason) {
   return Py_BuildValue("(Os)", key == nullptr ? Py_None : key, reason);
 }
 
-// One file's outcome (read_files' docstring); nullptr with an exception set
-// only when the interpreter is out of memory.
-PyObject* read_one(
-    int directory_fd,
-    const char* name,
-    PyObject* held,
-    std::vector<char>& buffer,
-    bool* reused) {
-  *reused = false;
-  if (held != nullptr) {
-    // Note [The report's cache]: unchanged (same key, still a regular file)
-    // means its part is used as it is.
-    struct stat st;
-    PyObject* key = PyTuple_GET_ITEM(held, 0);
-    if (fstatat(directory_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        S_ISREG(st.st_mode) && same_key(key, st)) {
-      *reused = true;
-      Py_INCREF(held);
-      return held;
-    }
-  }
-  const RecordFile f = read_record_file(directory_fd, name, buffer);
+// Whether the file `name` still has the key of `held`, a cache entry (key,
+// part): then its part is used as it is (Note [The report's cache]).
+bool still_held(int directory_fd, const char* name, PyObject* held) {
+  struct stat st;
+  return fstatat(directory_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      S_ISREG(st.st_mode) && same_key(PyTuple_GET_ITEM(held, 0), st);
+}
+
+// The outcome of a file read into `buffer` (read_files' docstring); nullptr
+// with an exception set only when the interpreter is out of memory.
+PyObject* outcome_of(const RecordFile& f, const std::vector<char>& buffer) {
   if (!f.keyed) {
     return skipped(nullptr, f.reason);
   }
@@ -128,7 +118,8 @@ PyObject* read_files(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   Py_ssize_t reused_count = 0;
   try {
-    std::vector<char> buffer(size_t(max_bytes) + 1);
+    // The files to read, after those whose held entry is used as it is.
+    std::vector<Py_ssize_t> to_read;
     for (Py_ssize_t i = 0; i < count; ++i) {
       PyObject* name = PyList_GET_ITEM(names, i);
       if (!PyBytes_Check(name)) {
@@ -150,14 +141,36 @@ PyObject* read_files(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
           entry = nullptr; // not an entry the cache writes: read the file
         }
       }
-      bool reused = false;
-      PyObject* result = read_one(
-          directory_fd, PyBytes_AS_STRING(name), entry, buffer, &reused);
-      if (result == nullptr) {
-        return nullptr;
+      if (entry != nullptr &&
+          still_held(directory_fd, PyBytes_AS_STRING(name), entry)) {
+        ++reused_count;
+        Py_INCREF(entry);
+        PyList_SET_ITEM(out.p, i, entry);
+      } else {
+        to_read.push_back(i);
       }
-      reused_count += reused;
-      PyList_SET_ITEM(out.p, i, result);
+    }
+    std::vector<char> buffer(size_t(max_bytes) + 1);
+    // Each outcome in its name's place, whatever order the files are read
+    // in (Note [A file not in memory is read later],
+    // record_file_reading.h).
+    const bool whole = read_record_files(
+        directory_fd,
+        to_read.size(),
+        [names, &to_read](size_t k) {
+          return PyBytes_AS_STRING(PyList_GET_ITEM(names, to_read[k]));
+        },
+        buffer,
+        [&out, &to_read, &buffer](size_t k, const RecordFile& f) {
+          PyObject* result = outcome_of(f, buffer);
+          if (result == nullptr) {
+            return false;
+          }
+          PyList_SET_ITEM(out.p, to_read[k], result);
+          return true;
+        });
+    if (!whole) {
+      return nullptr;
     }
   } catch (const std::bad_alloc&) {
     // No C++ exception crosses into the interpreter.
@@ -166,7 +179,19 @@ PyObject* read_files(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Py_BuildValue("(On)", out.p, reused_count);
 }
 
+// Note [A file not in memory is read later], record_file_reading.h.
+PyObject* read_later(PyObject*, PyObject*) {
+  return PyLong_FromSize_t(files_read_later());
+}
+
 PyMethodDef kMethods[] = {
+    {"files_read_later",
+     read_later,
+     METH_NOARGS,
+     "files_read_later() -> int\n"
+     "\n"
+     "How many files read_files has read after those listed after them,\n"
+     "the page cache not holding them, in this process."},
     {"read_files",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(read_files)),
      METH_FASTCALL,
