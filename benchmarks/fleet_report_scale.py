@@ -17,7 +17,9 @@ page cache, and for 1, 2, 4, ... reading processes (up to the usable cores)
 each runs --repeat times (3), in a child process of its own: the report as
 users run it (`python -m autograd_device_logging report DIR --json
 --workers N`) cold, with an empty cache, and warm, after 1% of the records
-were replaced, from the cache a cold run left; once, docs/fleet-report.sql
+were replaced, from the cache a cold run left; on the largest fleet with
+the most processes, cold again with a tenth of the files dropped from the
+page cache before each run; once, docs/fleet-report.sql
 under DuckDB (the per-job counts, not the cost table). For each: the median
 and the range of the wall time, and the highest peak resident memory of its
 whole process tree (the report's reading processes included), sampled every
@@ -180,6 +182,41 @@ def warmed(directory, run, *args):
     """run(directory, *args) right after warm(directory)."""
     warm(directory)
     return run(directory, *args)
+
+
+# Files dropped from the page cache before the cold runs that start partly
+# out of memory: a tenth, as a machine that gave back part of its cache.
+DROPPED_SHARE = 0.10
+
+
+def drop_some(directory, share, seed):
+    """Drops a random `share` of `directory`'s files from the page cache
+    (posix_fadvise POSIX_FADV_DONTNEED: the files were written back by
+    os.sync() after they were made); how many."""
+    names = sorted(os.listdir(directory))
+    chosen = random.Random(seed).sample(names, int(len(names) * share))
+    for name in chosen:
+        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    return len(chosen)
+
+
+def partly_dropped_runs(work, directory, cores, repeat, expected):
+    """Cold runs, each right after warm() and drop_some() of its own (Note
+    [A file not in memory is read later]), checked equal to `expected`."""
+    runs = []
+    for r in range(repeat):
+        cache = os.path.join(work, f"cache-dropped-{r}")
+        warm(directory)
+        drop_some(directory, DROPPED_SHARE, seed=r)
+        runs.append(report_run(directory, cores, cache))
+        shutil.rmtree(cache)
+        if json.loads(runs[-1][2]) != expected:
+            sys.exit("the report of files partly out of memory differs from a fresh read")
+    return runs
 
 
 def tree_rss_kb(pid):
@@ -533,7 +570,7 @@ def main():
     check_against_schema()
     rows = []
     duckdb_version = None
-    profiled = profiled_warm = None
+    profiled = profiled_warm = dropped = None
     machine = []
     for size in args.sizes:
         work = tempfile.mkdtemp(prefix=f"adl-fleet-{size}-")
@@ -557,6 +594,11 @@ def main():
                 fresh = json.loads(report_run(directory, cores, None)[2])
                 if json.loads(cold[-1][2]) != fresh:
                     sys.exit("the report that wrote the cache differs from a fresh read")
+                if size == max(args.sizes) and cores == max(core_counts()):
+                    dropped = (
+                        cores,
+                        summary(partly_dropped_runs(work, directory, cores, args.repeat, fresh)),
+                    )
                 # 1% of the records replaced, then each run from its own copy
                 # of the cache the first cold run left.
                 replaced = replace_some(directory, 0.01, seed=cores)
@@ -601,7 +643,7 @@ def main():
                 rows.append(row)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    write(args, rows, duckdb_version, profiled, profiled_warm, machine)
+    write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped)
     return 0
 
 
@@ -651,7 +693,7 @@ def duck_counts_of(report):
     ]
 
 
-def write(args, rows, duckdb_version, profiled, profiled_warm, machine):
+def write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped):
     try:
         import msgspec
 
@@ -728,6 +770,19 @@ def write(args, rows, duckdb_version, profiled, profiled_warm, machine):
             + ("met" if warm_[2] <= TARGET_WARM_SECONDS else "MISSED")
             + f", and the next day {next_day[0]:.1f} s (slowest {next_day[2]:.1f} s): "
             + ("met." if next_day[2] <= TARGET_WARM_SECONDS else "MISSED."),
+        ]
+    if dropped:
+        cores, runs = dropped
+        cold = [r[3] for r in rows if r[0] == max(args.sizes) and r[2] == cores][0]
+        lines += [
+            "",
+            f"**Cold, partly out of memory**: at {max(args.sizes):,} records on {cores} cores, "
+            f"with {DROPPED_SHARE:.0%} of the files dropped from the page cache right before "
+            "each run (`partly_dropped_runs()` in the script), as a machine that gave back "
+            f"part of its cache: {timed(runs)} s and {runs[3]:.0f} MB, against "
+            f"{timed(cold)} s with every file in memory. The files not in memory are asked of "
+            "the disk at once and read after the others (Note [A file not in memory is read "
+            "later]); the output is checked equal to a fresh read.",
         ]
     if profiled:
         n, read, decoded, kept, together, counted, reported = profiled
