@@ -1217,6 +1217,9 @@ class TestFilesNotInMemory(TestCase):
     files the page cache lost are read after the others, and read the
     same."""
 
+    # kMostReadLater: files kept open to be read later.
+    KEPT_OPEN = 256
+
     def setUp(self):
         super().setUp()
         if report.record_decoder.keep_records is None or report.file_index.read_files is None:
@@ -1229,11 +1232,11 @@ class TestFilesNotInMemory(TestCase):
         self.dir = os.path.join(self.tmp.name, "records")
         os.makedirs(self.dir)
         # More files than are kept open to be read later (kMostReadLater).
-        for i, record in enumerate(generated_fleet(seed=11, jobs=40)):
+        for i, record in enumerate(generated_fleet(seed=11, jobs=90)):
             with open(os.path.join(self.dir, f"r{i}.json"), "w") as f:
                 json.dump(record, f)
         self.names = sorted(os.listdir(self.dir))
-        self.assertGreater(len(self.names), 150)
+        self.assertGreater(len(self.names), 2 * self.KEPT_OPEN)
         os.sync()
 
     def dropped(self, names):
@@ -1252,11 +1255,14 @@ class TestFilesNotInMemory(TestCase):
             )
         return gone
 
-    def report_and_read_later(self, *args):
-        """The report's JSON, made here by one process, and how many files it
-        read later (_record_files' and _record_decoding's counts)."""
+    def report_and_read_later(self, *args, descriptors=None):
+        """The report's JSON, made here by one process (that may open at most
+        `descriptors` files at once, where given), and how many files it read
+        later (_record_files' and _record_decoding's counts)."""
         code = (
-            "import sys\n"
+            "import resource, sys\n"
+            f"if {descriptors!r}:\n"
+            f"    resource.setrlimit(resource.RLIMIT_NOFILE, ({descriptors!r}, {descriptors!r}))\n"
             "from autograd_device_logging import fleet_report\n"
             "from autograd_device_logging import _record_decoding, _record_files\n"
             "code = fleet_report.main(sys.argv[1:])\n"
@@ -1283,15 +1289,16 @@ class TestFilesNotInMemory(TestCase):
         self.assertLessEqual(later, absent)
         rng = random.Random(3)
         cache = os.path.join(self.tmp.name, "cache")
-        # Some files, then every file (more than are kept open at once), for
-        # the reading without the cache (read_files) and with it
-        # (keep_records).
-        for share in (0.3, 1.0):
+        # Some files, then every file (more than are kept open at once),
+        # every file), for the reading without the cache (read_files) and
+        # with it (keep_records); every file again where fewer descriptors
+        # are left than files kept open (a low `ulimit -n`).
+        for share, descriptors in ((0.3, None), (1.0, None), (1.0, self.KEPT_OPEN // 4)):
             for args, counted in ((["--no-cache"], 0), (["--cache-dir", cache], 1)):
-                with self.subTest(share=share, args=args):
+                with self.subTest(share=share, args=args, descriptors=descriptors):
                     shutil.rmtree(cache, ignore_errors=True)
                     gone = self.dropped(rng.sample(self.names, int(len(self.names) * share)))
-                    got, *later = self.report_and_read_later(*args)
+                    got, *later = self.report_and_read_later(*args, descriptors=descriptors)
                     self.assertEqual(got, expected)
                     # Most of them: the first read of a file not in memory
                     # starts its reading, which a fast disk may finish
@@ -1300,8 +1307,7 @@ class TestFilesNotInMemory(TestCase):
                     self.assertGreater(later[counted], gone // 2)
                     self.assertLessEqual(later[counted], len(self.names))
                     if share == 1.0:
-                        # More than are kept open at once (kMostReadLater).
-                        self.assertGreater(later[counted], 64)
+                        self.assertGreater(later[counted], self.KEPT_OPEN)
                     self.assertEqual(later[1 - counted], 0)
 
 
