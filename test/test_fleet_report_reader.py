@@ -1232,22 +1232,26 @@ class TestFilesNotInMemory(TestCase):
         self.dir = os.path.join(self.tmp.name, "records")
         os.makedirs(self.dir)
         # More files than are kept open to be read later (kMostReadLater).
+        self.job_of = {}
         for i, record in enumerate(generated_fleet(seed=11, jobs=90)):
             with open(os.path.join(self.dir, f"r{i}.json"), "w") as f:
                 json.dump(record, f)
+            self.job_of[f"r{i}.json"] = record["job"]
         self.names = sorted(os.listdir(self.dir))
         self.assertGreater(len(self.names), 2 * self.KEPT_OPEN)
         os.sync()
 
-    def dropped(self, names):
-        """Drops `names` from the page cache: how many it no longer holds."""
-        for name in names:
-            fd = os.open(os.path.join(self.dir, name), os.O_RDONLY)
+    def dropped(self, names, folder=None):
+        """Drops the files `names` of `folder` (the records' by default) from
+        the page cache: how many it no longer holds."""
+        paths = [os.path.join(folder or self.dir, name) for name in names]
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY)
             try:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
-        gone = sum(not resident(os.path.join(self.dir, name)) for name in names)
+        gone = sum(not resident(path) for path in paths)
         if gone == 0:
             self.skipTest(
                 f"{self.dir}'s file system keeps every file in memory (tmpfs?): "
@@ -1268,7 +1272,7 @@ class TestFilesNotInMemory(TestCase):
             "code = fleet_report.main(sys.argv[1:])\n"
             "sys.stdout.flush()\n"
             "print(_record_files.files_read_later(), _record_decoding.files_read_later(),"
-            " file=sys.stderr)\n"
+            " _record_decoding.parts_asked_for(), file=sys.stderr)\n"
             "sys.exit(code)\n"
         )
         proc = subprocess.run(
@@ -1280,6 +1284,7 @@ class TestFilesNotInMemory(TestCase):
         )
         self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
         counts = proc.stderr.strip().splitlines()[-1].split()
+        self.asked_for = int(counts[2])
         return proc.stdout, int(counts[0]), int(counts[1])
 
     def test_files_out_of_the_page_cache_are_read_later_and_read_the_same(self):
@@ -1309,6 +1314,35 @@ class TestFilesNotInMemory(TestCase):
                     if share == 1.0:
                         self.assertGreater(later[counted], self.KEPT_OPEN)
                     self.assertEqual(later[1 - counted], 0)
+
+    def test_parts_out_of_the_page_cache_are_asked_for_at_once(self):
+        # Note [A run's parts not in memory are asked for at once],
+        # record_decoding.cpp: a re-run that counts every job again, each
+        # from the parts of its unchanged records, in logs the page cache
+        # has dropped since.
+        cache = os.path.join(self.tmp.name, "cache")
+        self.report_and_read_later("--cache-dir", cache)
+        first_of_each_job = {}
+        for name in self.names:
+            first_of_each_job.setdefault(self.job_of[name], name)
+        for name in first_of_each_job.values():
+            path = os.path.join(self.dir, name)
+            os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
+        expected = self.report_and_read_later("--no-cache")[0]
+        os.sync()
+        logs = [
+            os.path.relpath(os.path.join(folder, name), cache)
+            for folder, _, names in os.walk(cache)
+            for name in names
+            if name.startswith("parts-")
+        ]
+        self.assertTrue(logs)
+        self.dropped(logs, folder=cache)
+        got = self.report_and_read_later("--cache-dir", cache)[0]
+        self.assertEqual(got, expected)
+        # The unchanged records' parts: every record but one a job.
+        self.assertGreater(self.asked_for, 0)
+        self.assertLessEqual(self.asked_for, len(self.names) - len(first_of_each_job))
 
 
 class TestCompiledPairsValuesAreBuilt(TestCase):

@@ -1089,6 +1089,13 @@ PyObject* keep_records(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
 }
 
+// Parts this process asked the disk for ahead (Note [A run's parts not in
+// memory are asked for at once]), for its tests.
+size_t& parts_asked_for() {
+  static size_t count = 0;
+  return count;
+}
+
 // Note [Loading a run of parts in compiled code]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Counting from the parts (Note [Counting from the parts, job by job],
@@ -1099,6 +1106,61 @@ PyObject* keep_records(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // RecordFields made as tuple.__new__ makes it, and gives None at the first
 // part that is missing, in a log that cannot be opened, short, not as its
 // CRC says, or not a record's fields: the caller then reads every file again.
+
+// Note [A run's parts not in memory are asked for at once]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A re-run counts the changed jobs' records from parts a run before wrote:
+// by the next day the page cache may no longer hold those logs, and a
+// run's parts are scattered over them (a job's records came in the order
+// the directory listed them), so each pread waited for the disk in turn.
+// So a part's first read asks for what is in memory only (preadv2 with
+// RWF_NOWAIT, as Note [A file not in memory is read later],
+// record_file_reading.h); where its log's page is not there, the disk is
+// asked at once for every part still to load from that log, this call's
+// run and the runs after it (whose parts lie between this run's), in
+// ranges (ask_for_parts; POSIX_FADV_WILLNEED, which does not wait), once
+// per log and call, and the reads that follow wait for reads already under
+// way. At 10^6 records with 1% replaced, 2 cores and the logs out of
+// memory, counting took 1.0-1.2 s, 0.8-0.9 asking for each call's run
+// alone, and 0.5-0.75 s so (0.4-0.5 s with the logs in memory). In memory,
+// it costs nothing more: preadv2 reads the part as pread did.
+// Asks the disk for the parts of `log` (open as `fd`) among the triples
+// [from, end), in ranges of the log of at most kMostBytesAskedAtOnce (the
+// kernel reads no more ahead per call: 128 KB by default), each read whole
+// where less than kMostBytesBetweenParts lies between two of its parts.
+constexpr off_t kMostBytesAskedAtOnce = off_t(128) << 10;
+constexpr off_t kMostBytesBetweenParts = off_t(16) << 10;
+
+void ask_for_parts(
+    int fd,
+    int64_t log,
+    const int64_t* triples,
+    size_t from,
+    size_t end) {
+  std::vector<std::pair<off_t, off_t>> spans;
+  for (size_t j = from; j < end; ++j) {
+    if (triples[3 * j + 1] >> 32 == log) {
+      const int64_t span = triples[3 * j + 2];
+      const off_t offset = off_t(span >> kSpanLengthBits);
+      spans.emplace_back(
+          offset, offset + off_t(span & ((int64_t{1} << kSpanLengthBits) - 1)));
+    }
+  }
+  parts_asked_for() += spans.size();
+  std::sort(spans.begin(), spans.end());
+  for (size_t j = 0; j < spans.size();) {
+    const off_t start = spans[j].first;
+    off_t stop = spans[j].second;
+    for (++j;
+         j < spans.size() && spans[j].first <= stop + kMostBytesBetweenParts &&
+         spans[j].second - start <= kMostBytesAskedAtOnce;
+         ++j) {
+      stop = std::max(stop, spans[j].second);
+    }
+    posix_fadvise(fd, start, stop - start, POSIX_FADV_WILLNEED);
+  }
+}
+
 PyObject* load_parts(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 6) {
     PyErr_SetString(
@@ -1138,6 +1200,9 @@ PyObject* load_parts(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   std::vector<char> part;
   int64_t log = -1;
   int fd = -1;
+  // The logs whose parts were asked for (Note [A run's parts not in memory
+  // are asked for at once]).
+  std::vector<int64_t> asked;
   bool whole = out.p != nullptr;
   for (Py_ssize_t i = begin; whole && i < end; ++i) {
     const int64_t place = triples[3 * i + 1];
@@ -1186,6 +1251,27 @@ PyObject* load_parts(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       break;
     }
     size_t filled = 0;
+#ifdef RWF_NOWAIT
+    if (length > 0 &&
+        std::find(asked.begin(), asked.end(), log) == asked.end()) {
+      struct iovec into = {part.data(), length};
+      const ssize_t n = preadv2(fd, &into, 1, offset, RWF_NOWAIT);
+      if (n > 0) {
+        filled = size_t(n);
+      } else if (n < 0 && errno == EAGAIN) {
+        try {
+          asked.push_back(log);
+          // Every part still to load from the log, beyond this call's run
+          // too: the next runs' parts lie between this run's.
+          ask_for_parts(fd, log, triples, size_t(i), size_t(count));
+        } catch (const std::bad_alloc&) {
+          Py_CLEAR(out.p);
+          PyErr_NoMemory();
+          break;
+        }
+      }
+    }
+#endif
     while (filled < length) {
       const ssize_t n =
           pread(fd, part.data() + filled, length - filled, offset + filled);
@@ -1316,12 +1402,24 @@ PyObject* pairs_values(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return out;
 }
 
+// Note [A run's parts not in memory are asked for at once].
+PyObject* asked_for(PyObject*, PyObject*) {
+  return PyLong_FromSize_t(parts_asked_for());
+}
+
 // Note [A file not in memory is read later], record_file_reading.h.
 PyObject* read_later(PyObject*, PyObject*) {
   return PyLong_FromSize_t(files_read_later());
 }
 
 PyMethodDef kMethods[] = {
+    {"parts_asked_for",
+     asked_for,
+     METH_NOARGS,
+     "parts_asked_for() -> int\n"
+     "\n"
+     "How many parts load_parts has asked the disk for ahead, their log's\n"
+     "page not in memory, in this process."},
     {"files_read_later",
      read_later,
      METH_NOARGS,
