@@ -19,7 +19,8 @@ users run it (`python -m autograd_device_logging report DIR --json
 --workers N`) cold, with an empty cache, and warm, after 1% of the records
 were replaced, from the cache a cold run left; on the largest fleet with
 the most processes, cold again with a tenth of the files dropped from the
-page cache before each run; once, docs/fleet-report.sql
+page cache before each run, and the next day again with the cache's files
+dropped from it; once, docs/fleet-report.sql
 under DuckDB (the per-job counts, not the cost table). For each: the median
 and the range of the wall time, and the highest peak resident memory of its
 whole process tree (the report's reading processes included), sampled every
@@ -189,18 +190,24 @@ def warmed(directory, run, *args):
 DROPPED_SHARE = 0.10
 
 
-def drop_some(directory, share, seed):
-    """Drops a random `share` of `directory`'s files from the page cache
-    (posix_fadvise POSIX_FADV_DONTNEED: the files were written back by
-    os.sync() after they were made); how many."""
-    names = sorted(os.listdir(directory))
-    chosen = random.Random(seed).sample(names, int(len(names) * share))
-    for name in chosen:
-        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+def drop_from_page_cache(paths):
+    """Drops the files `paths` from the page cache (posix_fadvise
+    POSIX_FADV_DONTNEED: the files were written back by os.sync() after they
+    were made)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+
+
+def drop_some(directory, share, seed):
+    """Drops a random `share` of `directory`'s files from the page cache;
+    how many."""
+    names = sorted(os.listdir(directory))
+    chosen = random.Random(seed).sample(names, int(len(names) * share))
+    drop_from_page_cache(os.path.join(directory, name) for name in chosen)
     return len(chosen)
 
 
@@ -628,7 +635,13 @@ def main():
                     if duck_runs[-1][2] != duck_counts_of(report):
                         sys.exit("DuckDB's per-job counts differ from the report's")
                     duck = summary(duck_runs)
-                next_day = next_day_runs(work, directory, cores, args.repeat)
+                if size == max(args.sizes) and cores == max(core_counts()):
+                    next_day, next_day_dropped = next_day_runs(
+                        work, directory, cores, args.repeat, dropped=True
+                    )
+                    dropped = (*dropped, summary(next_day_dropped))
+                else:
+                    next_day = next_day_runs(work, directory, cores, args.repeat)
                 row = (
                     size,
                     len(report["jobs"]) - 1,
@@ -647,11 +660,12 @@ def main():
     return 0
 
 
-def next_day_runs(work, directory, cores, repeat):
+def next_day_runs(work, directory, cores, repeat, dropped=False):
     """The warm run's next day: another 1% of the records replaced, then
     each run from its own copy of the cache the first warm run left (its
     file and the changes since: Note [The cache's changes]), checked equal
-    to a fresh read."""
+    to a fresh read; with `dropped`, (those runs, as many again with the
+    cache's files dropped from the page cache first)."""
     kept = os.path.join(work, "next-day-kept")
     shutil.copytree(os.path.join(work, f"cache-{cores}-0"), kept)
     if not any(n.endswith(".changes") for _, _, names in os.walk(kept) for n in names):
@@ -660,7 +674,7 @@ def next_day_runs(work, directory, cores, repeat):
     os.sync()
     warm(directory)
     after = report_run(directory, cores, None)
-    runs = []
+    runs, out_of_memory = [], []
     for r in range(repeat):
         cache = os.path.join(work, f"cache-{cores}-{r}")
         shutil.rmtree(cache)
@@ -668,8 +682,22 @@ def next_day_runs(work, directory, cores, repeat):
         runs.append(warmed(directory, report_run, cores, cache))
         if runs[-1][2] != after[2]:
             sys.exit("the next day's report from the cache differs from a fresh read")
+    for r in range(repeat if dropped else 0):
+        # A day later, the page cache may hold none of the cache's files
+        # (Note [A run's parts not in memory are asked for at once]).
+        cache = os.path.join(work, f"cache-{cores}-{r}")
+        shutil.rmtree(cache)
+        shutil.copytree(kept, cache)
+        os.sync()
+        warm(directory)
+        drop_from_page_cache(
+            os.path.join(folder, name) for folder, _, names in os.walk(cache) for name in names
+        )
+        out_of_memory.append(report_run(directory, cores, cache))
+        if out_of_memory[-1][2] != after[2]:
+            sys.exit("the next day's report from a cache out of memory differs from a fresh read")
     shutil.rmtree(kept)
-    return runs
+    return (runs, out_of_memory) if dropped else runs
 
 
 def check_counts(report, size):
@@ -772,7 +800,8 @@ def write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped)
             + ("met." if next_day[2] <= TARGET_WARM_SECONDS else "MISSED."),
         ]
     if dropped:
-        cores, runs = dropped
+        cores, runs, next_day_runs_dropped = dropped
+        next_day = [r[6] for r in rows if r[0] == max(args.sizes) and r[2] == cores][0]
         cold = [r[3] for r in rows if r[0] == max(args.sizes) and r[2] == cores][0]
         lines += [
             "",
@@ -783,6 +812,13 @@ def write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped)
             f"{timed(cold)} s with every file in memory. The files not in memory are asked of "
             "the disk at once and read after the others (Note [A file not in memory is read "
             "later]); the output is checked equal to a fresh read.",
+            "",
+            f"**Next day, the cache out of memory**: the next day's runs again, each with "
+            "every file of its cache dropped from the page cache first, as a day later: "
+            f"{timed(next_day_runs_dropped)} s and {next_day_runs_dropped[3]:.0f} MB, against "
+            f"{timed(next_day)} s with the cache in memory. The parts of the changed jobs' "
+            "unchanged records are asked of the disk at once (Note [A run's parts not in "
+            "memory are asked for at once]); the output is checked equal to a fresh read.",
         ]
     if profiled:
         n, read, decoded, kept, together, counted, reported = profiled
