@@ -121,11 +121,10 @@ inline RecordFile read_record_file(
 // records none in memory, on 2 cores: 2.4 s with 16, 1.9 with 64, 1.8 with
 // 256, 5.5 read as they come). Where the files kept open leave no
 // descriptor for the next (EMFILE, a low `ulimit -n`), the first of them is
-// read and closed before it. What is
-// read is the same either way, and the callers take a chunk's files in any
-// order (a file's outcome names it). Where the kernel or file system has
-// no RWF_NOWAIT, and in the Python path (record_reader.read_record), every
-// file is read as it comes, as before.
+// read and closed before it. What is read is the same either way, and the
+// callers take a chunk's files in any order (a file's outcome names it).
+// Where the kernel or file system has no RWF_NOWAIT, and in the Python path
+// (record_reader.read_record), every file is read as it comes, as before.
 constexpr size_t kMostReadLater = 256;
 
 // Files this process read later (Note [A file not in memory is read
