@@ -195,11 +195,8 @@ def drop_from_page_cache(paths):
     POSIX_FADV_DONTNEED: the files were written back by os.sync() after they
     were made)."""
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        with open(path, "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def drop_some(directory, share, seed):

@@ -1246,11 +1246,8 @@ class TestFilesNotInMemory(TestCase):
         the page cache: how many it no longer holds."""
         paths = [os.path.join(folder or self.dir, name) for name in names]
         for path in paths:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+            with open(path, "rb") as f:
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         gone = sum(not resident(path) for path in paths)
         if gone == 0:
             self.skipTest(
