@@ -1,6 +1,6 @@
-// Reading one record file for the fleet report's extensions
-// (record_files.cpp's read_files, record_decoding.cpp's keep_records): what
-// record_reader.read_record does in Python, without a Python object. Include
+// Reading record files for the fleet report's extensions (record_files.cpp's
+// read_files, record_decoding.cpp's keep_records): what record_reader's
+// read_record does in Python, file by file, without a Python object. Include
 // after <Python.h>.
 #pragma once
 
@@ -88,20 +88,6 @@ read_opened_record_file(int fd, RecordFile& f, std::vector<char>& buffer) {
     // More than the largest record (the buffer holds one byte more).
     f.reason = "too large";
   }
-}
-
-// Reads the file `name` of `directory_fd` into `buffer`, which holds the
-// largest record and one byte more.
-inline RecordFile read_record_file(
-    int directory_fd,
-    const char* name,
-    std::vector<char>& buffer) {
-  RecordFile f;
-  const int fd = open_record_file(directory_fd, name, f);
-  if (fd >= 0) {
-    read_opened_record_file(fd, f, buffer);
-  }
-  return f;
 }
 
 // Note [A file not in memory is read later]
