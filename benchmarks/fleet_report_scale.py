@@ -598,11 +598,11 @@ def main():
                 fresh = json.loads(report_run(directory, cores, None)[2])
                 if json.loads(cold[-1][2]) != fresh:
                     sys.exit("the report that wrote the cache differs from a fresh read")
-                if size == max(args.sizes) and cores == max(core_counts()):
-                    dropped = (
-                        cores,
-                        summary(partly_dropped_runs(work, directory, cores, args.repeat, fresh)),
-                    )
+                # The runs partly out of memory: on the largest fleet, with
+                # the most processes.
+                largest = size == max(args.sizes) and cores == max(core_counts())
+                if largest:
+                    cold_dropped = partly_dropped_runs(work, directory, cores, args.repeat, fresh)
                 # 1% of the records replaced, then each run from its own copy
                 # of the cache the first cold run left.
                 replaced = replace_some(directory, 0.01, seed=cores)
@@ -632,13 +632,11 @@ def main():
                     if duck_runs[-1][2] != duck_counts_of(report):
                         sys.exit("DuckDB's per-job counts differ from the report's")
                     duck = summary(duck_runs)
-                if size == max(args.sizes) and cores == max(core_counts()):
-                    next_day, next_day_dropped = next_day_runs(
-                        work, directory, cores, args.repeat, dropped=True
-                    )
-                    dropped = (*dropped, summary(next_day_dropped))
-                else:
-                    next_day = next_day_runs(work, directory, cores, args.repeat)
+                next_day, next_day_dropped = next_day_runs(
+                    work, directory, cores, args.repeat, dropped=largest
+                )
+                if largest:
+                    dropped = (cores, summary(cold_dropped), summary(next_day_dropped))
                 row = (
                     size,
                     len(report["jobs"]) - 1,
@@ -661,8 +659,8 @@ def next_day_runs(work, directory, cores, repeat, dropped=False):
     """The warm run's next day: another 1% of the records replaced, then
     each run from its own copy of the cache the first warm run left (its
     file and the changes since: Note [The cache's changes]), checked equal
-    to a fresh read; with `dropped`, (those runs, as many again with the
-    cache's files dropped from the page cache first)."""
+    to a fresh read; and with `dropped`, as many again with the cache's
+    files dropped from the page cache first (else none)."""
     kept = os.path.join(work, "next-day-kept")
     shutil.copytree(os.path.join(work, f"cache-{cores}-0"), kept)
     if not any(n.endswith(".changes") for _, _, names in os.walk(kept) for n in names):
@@ -694,7 +692,7 @@ def next_day_runs(work, directory, cores, repeat, dropped=False):
         if out_of_memory[-1][2] != after[2]:
             sys.exit("the next day's report from a cache out of memory differs from a fresh read")
     shutil.rmtree(kept)
-    return (runs, out_of_memory) if dropped else runs
+    return runs, out_of_memory
 
 
 def check_counts(report, size):
