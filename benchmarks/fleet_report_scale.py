@@ -424,17 +424,17 @@ def _read_share(directory, names):
 
 def floors(directory, cores):
     """What the machine itself takes for `directory`'s files with `cores`
-    cores, in the report's compiled code alone: (listing them, a stat per
-    file in a thread per core as a warm run checks their keys, opening,
-    reading and closing every file in a process per core), in seconds; None
-    where the package was not built."""
+    cores, in the report's compiled code alone: (listing them; listing them
+    while a thread per core stats each, as a warm run checks their keys;
+    opening, reading and closing every file in a process per core), in
+    seconds; None where the package was not built."""
     sys.path.insert(0, PACKAGE_ROOT)
     import collections
     import multiprocessing
 
     from autograd_device_logging import file_index, record_reader
 
-    if file_index.check_listed is None or record_reader.read_files is None:
+    if file_index.list_and_check is None or record_reader.read_files is None:
         return None
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -442,12 +442,12 @@ def floors(directory, cores):
         start = time.perf_counter()
         listed = file_index.scan(fd, None, collections.Counter())[0]
         listing = time.perf_counter() - start
-        # An index of every name, of no file's key: every name is found and
-        # stat'ed, none unchanged.
+        # An index of every name in the listing's order, of no file's key:
+        # every name is stat'ed, none unchanged.
         count = listed.count(b"/")
         keys = bytes(8 * file_index.FIELDS * count)
         start = time.perf_counter()
-        file_index.check_listed(fd, listed, listed, keys, bytearray(count), max(1, count // cores))
+        file_index.list_and_check(fd, lambda: (listed, keys), max(1, count // cores))
         stats = time.perf_counter() - start
     finally:
         os.close(fd)
@@ -835,13 +835,13 @@ def write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped)
             "",
             f"**What the machine itself takes** for the {max(args.sizes):,} files of the "
             "largest fleet (`floors()` in the script), in the report's compiled code and "
-            "nothing else: listing the directory; a stat per file, in a thread per core, as a "
-            "warm run checks every key (Note [The keys are checked in threads]); and opening, "
-            "reading and closing every file, in a process per core, as a cold run reads them. "
-            "A warm run can be no faster than the first two together, a cold run than the first "
-            "and the third together.",
+            "nothing else: listing the directory; listing it while a thread per core stats "
+            "each file, as a warm run checks every key (Note [The keys are checked while "
+            "listing]); and opening, reading and closing every file, in a process per core, "
+            "as a cold run reads them. A warm run can be no faster than the second, a cold run "
+            "than the first and the third together.",
             "",
-            "| cores | listing s | a stat per file s | reading every file s |",
+            "| cores | listing s | listing and a stat per file s | reading every file s |",
             "| ---: | ---: | ---: | ---: |",
             *(
                 f"| {cores} | {listing:.2f} | {stats:.2f} | {reading:.2f} |"

@@ -9,6 +9,7 @@ import array
 import collections
 import contextlib
 import functools
+import importlib
 import io
 import json
 import marshal
@@ -705,7 +706,7 @@ class TestCompiledFileReading(TestCase):
         names = (
             "read_files",
             "scan_directory",
-            "check_listed",
+            "list_and_check",
             "changed_groups",
             "names_in",
             "unchanged_entries",
@@ -1105,19 +1106,17 @@ class TestCompiledFileReading(TestCase):
                     index.spans_of(names, keys, again_unchanged, None),
                     shuffled,
                     index.part_logs_of(names, keys, again_unchanged),
-                    # Listed first, checked once the index is there (Note
+                    # Checked while listing, the index loaded meanwhile (Note
                     # [Loading the cache while listing]): as scan does both.
-                    index.checked(
-                        fd, index.scan(fd, None, collections.Counter())[0], (names, keys)
-                    ),
+                    index.scan_and_check(fd, lambda: (names, keys), collections.Counter()),
                     (listed, unchanged),
                 )
         self.assertEqual(outcomes[True], outcomes[False])
         # The parts of every job's entries, in group order, then by place.
         spans, every, shuffled = outcomes[True][-6:-3]
-        listed_then_checked, scanned = outcomes[True][-2:]
+        checked_while_listing, scanned = outcomes[True][-2:]
         self.assertEqual(
-            (sorted(listed_then_checked[0].split(b"/")), listed_then_checked[1]),
+            (sorted(checked_while_listing[0].split(b"/")), checked_while_listing[1]),
             (sorted(scanned[0].split(b"/")), scanned[1]),
         )
         self.assertEqual(shuffled, every)
@@ -1138,16 +1137,20 @@ class TestCompiledFileReading(TestCase):
         self.assertEqual(unchanged.count(0), 2)
         self.assertTrue(outcomes[True][5])
 
-    def test_keys_checked_in_threads_are_those_the_python_path_checks(self):
-        # Note [The keys are checked in threads]: threads (one per core)
-        # fill the index's table and each checks a share of the names, 20000
-        # at least; here 50, so that a few thousand files start them. The
-        # outcome is the Python path's, name for name. The files are empty:
-        # only their keys count.
+    def test_keys_checked_while_listing_are_those_the_python_path_checks(self):
+        # Note [The keys are checked while listing]: a thread lists while
+        # the index loads, then threads (one per core) stat the index's
+        # entries, 20000 at least; here 50, so that a few thousand files
+        # start them. Each listed name is looked for first after the entry
+        # of the name before it. The outcome is the Python path's, name for
+        # name, with the index shuffled (each name found in the table) and
+        # in the order the directory lists (each found after the one before,
+        # but where a name came, went or was never there). The files are
+        # empty: only their keys count.
         if (os.cpu_count() or 1) < 2:
             self.skipTest("one core: the check starts no thread of its own")
         index = report.file_index
-        if index.check_listed is None:
+        if index.list_and_check is None:
             self.skipTest("no _record_files in this build (a sanitized build has none)")
         many = os.path.join(self.tmp.name, "many")
         os.makedirs(many)
@@ -1156,50 +1159,105 @@ class TestCompiledFileReading(TestCase):
             os.close(os.open(os.path.join(many, f"f{i}.json"), os.O_WRONLY | os.O_CREAT, 0o600))
         fd = os.open(many, os.O_RDONLY | os.O_DIRECTORY)
         self.addCleanup(os.close, fd)
-        # Every 50th file not in the index, every 70th of another mtime, and
-        # names the index has that went: a name left unchecked shows.
-        entries = []
-        for i in range(count):
-            if i % 50 == 0:
-                continue
-            st = os.lstat(f"f{i}.json", dir_fd=fd)
-            mtime = st.st_mtime_ns + (1 if i % 70 == 0 else 0)
-            entries.append((f"f{i}.json", (st.st_size, mtime, index.signed(st.st_ino))))
-        entries += [(f"gone{i}.json", (0, 0, i)) for i in range(500)]
-        random.Random(5).shuffle(entries)
-        names = b"".join(name.encode() + b"/" for name, _ in entries)
-        keys = array.array("q")
-        for _, key in entries:
-            keys.extend((*key, 0, 0, 0))
         listed = index.scan(fd, None, collections.Counter())[0]
-        outcomes = []
-        for files_per_thread in (None, 50, 1):
-            unchanged = bytearray(len(entries))
-            if files_per_thread is None:
-                with self.compiled(False):
-                    to_read, unchanged = index.checked(fd, listed, (names, keys))
-            else:
-                to_read = index.check_listed(fd, listed, names, keys, unchanged, files_per_thread)
-            outcomes.append("\n".join(sorted(n.decode() for n in to_read.split(b"/") if n)))
-            outcomes.append(bytes(unchanged).hex())
-        self.assertEqual(outcomes[2:4], outcomes[:2])
-        self.assertEqual(outcomes[4:], outcomes[:2])
-        changed = [i for i in range(count) if i % 50 == 0 or i % 70 == 0]
-        self.assertEqual(outcomes[0], "\n".join(sorted(f"f{i}.json" for i in changed)))
-        self.assertEqual(bytes.fromhex(outcomes[1]).count(1), count - len(changed))
+        in_listed_order = [n.decode() for n in listed.split(b"/")[:-1]]
+        changed = {f"f{i}.json" for i in range(count) if i % 50 == 0 or i % 70 == 0}
+
+        def index_of(order, gone_every):
+            # Every 50th file not in the index, every 70th of another mtime,
+            # and names the index has that went, one after every
+            # `gone_every` names: a name left unchecked shows.
+            entries = []
+            for at, name in enumerate(order):
+                if at % gone_every == 0:
+                    entries.append((f"gone{at}.json", (0, 0, at)))
+                i = int(name[1:-5])
+                if i % 50 == 0:
+                    continue
+                st = os.lstat(name, dir_fd=fd)
+                mtime = st.st_mtime_ns + (1 if i % 70 == 0 else 0)
+                entries.append((name, (st.st_size, mtime, index.signed(st.st_ino))))
+            names = b"".join(name.encode() + b"/" for name, _ in entries)
+            keys = array.array("q")
+            for _, key in entries:
+                keys.extend((*key, 0, 0, 0))
+            return names, keys
+
+        shuffled = list(in_listed_order)
+        random.Random(5).shuffle(shuffled)
+        table_lookups = importlib.import_module(index.__package__ + "._record_files").table_lookups
+
+        looked_up = {}
+        for order, gone_every in ((shuffled, 6), (in_listed_order, 6), (in_listed_order, 997)):
+            names, keys = index_of(order, gone_every)
+            outcomes = []
+            for files_per_thread in (None, 50, 1):
+                if files_per_thread is None:
+                    with self.compiled(False):
+                        to_read, unchanged = index.scan(fd, (names, keys), collections.Counter())
+                else:
+                    before = table_lookups()
+                    to_read, links, others, unchanged = index.list_and_check(
+                        fd, lambda: (names, keys), files_per_thread
+                    )
+                    looked_up[order is shuffled, gone_every, files_per_thread] = (
+                        table_lookups() - before
+                    )
+                    self.assertEqual((links, others), (0, 0))
+                outcomes.append("\n".join(sorted(n.decode() for n in to_read.split(b"/") if n)))
+                outcomes.append(bytes(unchanged).hex())
+            self.assertEqual(outcomes[2:4], outcomes[:2], (order is shuffled, gone_every))
+            self.assertEqual(outcomes[4:], outcomes[:2], (order is shuffled, gone_every))
+            self.assertEqual(outcomes[0], "\n".join(sorted(changed)))
+            self.assertEqual(bytes.fromhex(outcomes[1]).count(1), count - len(changed))
+        # Shuffled, nearly every name is looked for in the table; in the
+        # listing's order, only those after a name the index has not, or
+        # after an entry whose name went, and each thread's first.
+        for files_per_thread in (50, 1):
+            self.assertGreater(looked_up[True, 6, files_per_thread], count * 9 // 10)
+            self.assertLess(looked_up[False, 997, files_per_thread], count // 20)
+            self.assertLess(looked_up[False, 6, files_per_thread], count // 4)
         # With every file unchanged, no name is left unchecked.
-        whole = [f"f{i}.json" for i in range(count)]
-        random.Random(6).shuffle(whole)
-        keys = array.array("q")
-        for name in whole:
-            st = os.lstat(name, dir_fd=fd)
-            keys.extend((st.st_size, st.st_mtime_ns, index.signed(st.st_ino), 0, 0, 0))
-        names = b"".join(name.encode() + b"/" for name in whole)
-        unchanged = bytearray(len(whole))
-        self.assertEqual(index.check_listed(fd, listed, names, keys, unchanged, 50), b"")
-        self.assertEqual(unchanged.count(1), len(whole))
+        for order in (shuffled, in_listed_order):
+            keys = array.array("q")
+            for name in order:
+                st = os.lstat(name, dir_fd=fd)
+                keys.extend((st.st_size, st.st_mtime_ns, index.signed(st.st_ino), 0, 0, 0))
+            names = b"".join(name.encode() + b"/" for name in order)
+            to_read, _, _, unchanged = index.list_and_check(fd, lambda: (names, keys), 50)
+            self.assertEqual(to_read, b"")
+            self.assertEqual(unchanged.count(1), len(order))
         with self.assertRaises(ValueError):
-            index.check_listed(fd, listed, names, keys, unchanged, 0)
+            index.list_and_check(fd, lambda: (names, keys), 0)
+
+    def test_the_listing_goes_on_whatever_loading_the_index_gives(self):
+        # Note [The keys are checked while listing]: load() runs while the
+        # thread lists. Without an index, every record name is to read; an
+        # error of load() is raised once the listing ends, and so is an
+        # index that is not (names, keys) of one length; and the descriptor
+        # lists again after each.
+        index = report.file_index
+        if index.list_and_check is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        fd = self.directory_fd()
+        every = index.scan(fd, None, collections.Counter())[0]
+        self.assertGreater(every.count(b"/"), 10)
+        self.assertEqual(index.list_and_check(fd, lambda: None)[0::3], (every, None))
+
+        def fails():
+            raise KeyError("the index")
+
+        with self.assertRaises(KeyError):
+            index.list_and_check(fd, fails)
+        with self.assertRaises(TypeError):
+            index.list_and_check(fd, lambda: b"names")
+        with self.assertRaises(ValueError):
+            index.list_and_check(fd, lambda: (b"a.json/b.json/", array.array("q", [0] * 6)))
+        self.assertEqual(index.list_and_check(fd, lambda: None)[0], every)
+        with self.compiled(False):
+            self.assertEqual(
+                index.scan_and_check(fd, lambda: None, collections.Counter())[0], every
+            )
 
 
 class TestCompiledFileReadingIsBuilt(TestCase):

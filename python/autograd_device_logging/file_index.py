@@ -16,8 +16,8 @@ from .record_fields import Record
 try:
     from ._record_files import (
         changed_groups,
-        check_listed,
         in_group_order,
+        list_and_check,
         names_in,
         pack_entries,
         part_logs,
@@ -28,7 +28,7 @@ try:
     )
 except ImportError:  # Note [Reading the files in compiled code]
     changed_groups = names_in = part_logs = read_files = scan_directory = None
-    check_listed = in_group_order = pack_entries = spans_in = unchanged_entries = None
+    in_group_order = list_and_check = pack_entries = spans_in = unchanged_entries = None
 
 # A file's key (Note [The report's cache], report_cache.py).
 Key = Tuple[int, int, int]
@@ -48,8 +48,8 @@ def is_record_name(name: str) -> bool:
 # read_record does, in one call: the same flags (no link followed, no FIFO
 # waited on), the same key (st_size, st_mtime_ns, st_ino) from the same
 # stat, the same reasons for a file it does not read; scan_directory lists
-# as scan does, and check_listed checks the keys as checked does, in
-# threads of its own. Only the decoding stays in Python. Without the extension (the source tree)
+# as scan does, and list_and_check lists and checks the keys as
+# scan_and_check does, in threads of its own. Only the decoding stays in Python. Without the extension (the source tree)
 # the Python path does it all: the same report. test_report_cache.py
 # (TestCompiledFileReading) holds the two to each other on directories of
 # every kind of entry, cached and not.
@@ -239,12 +239,9 @@ def _key_unchanged(directory_fd: int, name: bytes, keys: array, i: int) -> bool:
 
 def checked(directory_fd: int, listed: bytes, index) -> Tuple[bytes, bytearray]:
     """scan's outcome for the names `listed` (as scan(directory_fd, None,
-    ...) gave them, maybe before the index was loaded: Note [Loading the
-    cache while listing], fleet_report.py) and `index` (names, keys)."""
+    ...) gave them) and `index` (names, keys), in Python."""
     names, keys = index
     unchanged = bytearray(len(keys) // FIELDS)
-    if check_listed is not None:
-        return check_listed(directory_fd, listed, names, keys, unchanged), unchanged
     position = {name: i for i, name in enumerate(names.split(b"/")[:-1])}
     out = bytearray()
     for name in listed.split(b"/")[:-1]:
@@ -255,6 +252,21 @@ def checked(directory_fd: int, listed: bytes, index) -> Tuple[bytes, bytearray]:
         out += name
         out += b"/"
     return bytes(out), unchanged
+
+
+def scan_and_check(directory_fd: int, load, skipped: Counter) -> Tuple[bytes, bytearray]:
+    """scan(directory_fd, load(), skipped), where load() gives the index
+    (names, keys) or None: in compiled code, load() runs while a thread
+    lists the directory, and the index's keys are checked while it still
+    does (Note [The keys are checked while listing], file_index.cpp)."""
+    if list_and_check is None:
+        return scan(directory_fd, load(), skipped)
+    listed, links, others, unchanged = list_and_check(directory_fd, load)
+    if links:
+        skipped["symbolic link"] += links
+    if others:
+        skipped["not a regular file"] += others
+    return listed, bytearray(0) if unchanged is None else unchanged
 
 
 def changed_groups_of(

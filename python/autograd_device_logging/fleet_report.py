@@ -38,7 +38,6 @@ import marshal
 import os
 import queue as queue_module
 import sys
-import threading
 import time
 import zlib
 from array import array
@@ -52,12 +51,12 @@ from .file_index import (
     SPAN_LENGTH_BITS,
     IndexEntries,
     changed_groups_of,
-    checked,
     group_of,
     group_ordered,
     is_record_name,
     part_logs_of,
     scan,
+    scan_and_check,
     spans_of,
 )
 from .fleet_report_options import make_parser, table_width
@@ -663,34 +662,40 @@ def assemble_directory(
 
 # Note [Loading the cache while listing]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-# Listing a directory of 10^6 files (compiled, without the GIL) and loading
-# the cache's index and parts (in Python, 130 MB at 10^6 records) take about
-# a third of a second each and need nothing of each other: so a thread
-# loads while this one lists, and the names listed are then checked against
-# the index (file_index.checked). The thread is joined before any process
-# is forked.
-def _list_and_load(directory_fd: int, cache, options, totals: FleetTotals):
-    """(every record name listed, "/"-ended; the cache's state, or None),
-    the cache loaded while listing where one is given."""
-    if cache is None:
-        return scan(directory_fd, None, totals.skipped)[0], None
+# Listing a directory of 10^6 files (compiled, in a thread of its own) and
+# loading the cache's index and parts (in Python, 130 MB at 10^6 records)
+# take about a third of a second each and need nothing of each other: so
+# this thread loads while another lists, and the index's keys are checked
+# as soon as it is loaded, while the listing may still run (Note [The keys
+# are checked while listing], file_index.cpp). The threads are joined
+# before any process is forked.
+def _list_and_load(directory_fd: int, cache, cache_name, options, totals: FleetTotals):
+    """(the names to read, "/"-ended; which of the index's entries are
+    unchanged; the cache's index names, keys, reasons and kept jobs, empty
+    where there is no cache or its parts are not worth keeping)."""
     loaded: list = []
 
-    def load() -> None:
-        try:
-            loaded.append(cache.load(options))
-        except BaseException as e:  # noqa: B036 -- raised again below
-            loaded.append(e)
+    def load():
+        if cache is None:
+            return None
+        state = cache.load(options)
+        if state is None:
+            return None
+        names, key_bytes, reasons, kept = state
+        keys = array("q")
+        keys.frombytes(key_bytes)
+        # The file's bytes go with the last view of them.
+        state = key_bytes = None
+        if not cache.parts_worth_keeping(cache_name, *part_logs_of(names, keys, None)):
+            # Note [A record's part, kept]: read afresh, new logs.
+            return None
+        loaded.append((names, keys, reasons, kept))
+        return names, keys
 
-    loading = threading.Thread(target=load, name="report-cache-load")
-    loading.start()
-    try:
-        listed = scan(directory_fd, None, totals.skipped)[0]
-    finally:
-        loading.join()
-    if isinstance(loaded[0], BaseException):
-        raise loaded[0]
-    return listed, loaded[0]
+    listed, unchanged = scan_and_check(directory_fd, load, totals.skipped)
+    if not loaded:
+        return listed, bytearray(), b"", array("q"), {}, {}
+    return (listed, unchanged, *loaded[0])
 
 
 def _assemble(directory, options, workers, shown, cache, use_index) -> Optional[Assembled]:
@@ -705,19 +710,9 @@ def _assemble(directory, options, workers, shown, cache, use_index) -> Optional[
             counters = _Counters(cache, cache.name_of(options), options, workers - 1)
         cache_name = None if cache is None else cache.name_of(options)
         directory_fd = open_directory(directory)
-        listed, state = _list_and_load(directory_fd, cache if use_index else None, options, totals)
-        names, keys, reasons, kept = b"", array("q"), {}, {}
-        if state is not None:
-            names, key_bytes, reasons, kept = state
-            keys.frombytes(key_bytes)
-            # The file's bytes go with the last view of them.
-            state = key_bytes = None
-            if not cache.parts_worth_keeping(cache_name, *part_logs_of(names, keys, None)):
-                # Note [A record's part, kept]: read afresh, new logs.
-                names, keys, reasons, kept = b"", array("q"), {}, {}
-        unchanged = bytearray()
-        if names:
-            listed, unchanged = checked(directory_fd, listed, (names, keys))
+        listed, unchanged, names, keys, reasons, kept = _list_and_load(
+            directory_fd, cache if use_index else None, cache_name, options, totals
+        )
         touched = set()
         # Files skipped as the index says, which the progress counts as
         # unchanged.

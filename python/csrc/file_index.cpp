@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <sys/mman.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -144,7 +145,7 @@ bool is_record_name(const char* name, size_t length) {
 // Where each of the index's names is: open addressing over a power of two
 // of slots, each the entry's position + 1 (0: empty). A million names take
 // 16 MB, and no allocation per name. Filled by several threads at once
-// (Note [The keys are checked in threads]): each entry claims an empty slot
+// (Note [The keys are checked while listing]): each entry claims an empty slot
 // with one compare-and-swap, so the table holds the same entries whichever
 // thread added which.
 class NameTable {
@@ -158,16 +159,24 @@ class NameTable {
     slots_.reset(new std::atomic<int64_t>[capacity_]());
   }
 
-  // Adds the entries [begin, end).
-  void add(size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) {
-      size_t slot = hash(names_[i]);
-      int64_t empty = 0;
-      while (!slots_[slot].compare_exchange_strong(
-          empty, int64_t(i) + 1, std::memory_order_relaxed)) {
-        empty = 0;
-        slot = (slot + 1) & (capacity_ - 1);
-      }
+  // Where entry `i` goes in the table: its name's first slot.
+  size_t slot_of(size_t i) const {
+    return hash(names_[i]);
+  }
+
+  // Brings the slot into the processor's cache (Note [The keys are checked
+  // while listing]).
+  void prefetch(size_t slot) const {
+    __builtin_prefetch(&slots_[slot], 1);
+  }
+
+  // Adds entry `i`, whose first slot is `slot`.
+  void add(size_t i, size_t slot) {
+    int64_t empty = 0;
+    while (!slots_[slot].compare_exchange_strong(
+        empty, int64_t(i) + 1, std::memory_order_relaxed)) {
+      empty = 0;
+      slot = (slot + 1) & (capacity_ - 1);
     }
   }
 
@@ -273,7 +282,7 @@ class MappedArray {
 struct ListedNames {
   MappedArray<char> arena;
   // Per name: where it starts in the arena, its entry in the index (-1
-  // until check_keys finds it, and where the index has none), and whether
+  // until match_listed finds it, and where the index has none), and whether
   // its key is unchanged.
   MappedArray<size_t> starts;
   MappedArray<int64_t> entries;
@@ -301,33 +310,76 @@ struct ListedNames {
   }
 };
 
-// Finds listed names [begin, end) in the index and checks their keys (no
-// interpreter call: runs without the GIL).
-void check_keys(
+// Adds the index's entries [begin, end) to `position` and stats each
+// file by its name, marking same[entry] where it is still a regular file of
+// the entry's key (no interpreter call: runs without the GIL).
+void stat_entries(
     int directory_fd,
     const Index& index,
-    const NameTable& position,
-    ListedNames& listed,
+    NameTable& position,
+    unsigned char* same,
     size_t begin,
     size_t end) {
-  for (size_t i = begin; i < end; ++i) {
-    const char* name = listed.name(i);
-    const int64_t entry = position.find(std::string_view(name));
-    listed.entries[i] = entry;
-    if (entry < 0) {
+  char name[NAME_MAX + 1];
+  size_t slot = begin < end ? position.slot_of(begin) : 0;
+  for (size_t entry = begin; entry < end; ++entry) {
+    // The slot was fetched during the stat before; the next one is fetched
+    // during this one.
+    position.add(entry, slot);
+    if (entry + 1 < end) {
+      slot = position.slot_of(entry + 1);
+      position.prefetch(slot);
+    }
+    const std::string_view indexed = index.names[entry];
+    if (indexed.size() > NAME_MAX) {
       continue;
     }
+    memcpy(name, indexed.data(), indexed.size());
+    name[indexed.size()] = '\0';
     struct stat st;
     if (fstatat(directory_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
         !S_ISREG(st.st_mode)) {
       continue;
     }
-    const int64_t* key = index.keys + size_t(entry) * kFields;
+    const int64_t* key = index.keys + entry * kFields;
     const int64_t mtime_ns =
         int64_t(st.st_mtim.tv_sec) * 1000000000LL + int64_t(st.st_mtim.tv_nsec);
-    listed.unchanged[i] = key[0] == int64_t(st.st_size) && key[1] == mtime_ns &&
+    same[entry] = key[0] == int64_t(st.st_size) && key[1] == mtime_ns &&
         key[2] == static_cast<int64_t>(uint64_t(st.st_ino));
   }
+}
+
+// Finds listed names [begin, end) in the index, each first at the entry
+// after the one before it (Note [The keys are checked while listing]), and
+// marks those whose file stat_entries found unchanged (no interpreter call:
+// runs without the GIL).
+// Listed names looked for in the table of names, in this process (for the
+// tests: Note [The keys are checked while listing]).
+std::atomic<size_t> names_looked_up{0};
+
+void match_listed(
+    const Index& index,
+    const NameTable& position,
+    ListedNames& listed,
+    const unsigned char* same,
+    size_t begin,
+    size_t end) {
+  size_t next = index.size;
+  size_t looked_up = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const std::string_view name(listed.name(i));
+    int64_t entry = int64_t(next);
+    if (next >= index.size || index.names[next] != name) {
+      entry = position.find(name);
+      ++looked_up;
+    }
+    listed.entries[i] = entry;
+    if (entry >= 0) {
+      listed.unchanged[i] = same[entry];
+      next = size_t(entry) + 1;
+    }
+  }
+  names_looked_up.fetch_add(looked_up, std::memory_order_relaxed);
 }
 
 // Files each thread checks at least: fewer are not worth a thread.
@@ -416,31 +468,90 @@ void in_shares(size_t count, size_t least, const Work& work) {
   }
 }
 
-// Note [The keys are checked in threads]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The directory listed by a thread of its own (list_directory), while the
+// thread that made it does something else; joined when it goes.
+class Listing {
+ public:
+  // Throws std::system_error where the thread cannot start.
+  explicit Listing(int directory_fd)
+      : thread_([this, directory_fd] { list(directory_fd); }) {}
+  Listing(const Listing&) = delete;
+  Listing& operator=(const Listing&) = delete;
+  ~Listing() {
+    join();
+  }
+  void join() {
+    if (thread_.joinable()) {
+      thread_.join();
+    }
+  }
+
+  ListedNames listed;
+  Py_ssize_t links = 0;
+  Py_ssize_t not_regular = 0;
+  // Once joined: kDone, kOsError (with `error`) or kNoMemory.
+  Outcome outcome = Outcome::kDone;
+  int error = 0;
+
+ private:
+  void list(int directory_fd) {
+    try {
+      if (!list_directory(directory_fd, listed, links, not_regular)) {
+        outcome = Outcome::kOsError;
+        error = errno;
+      }
+    } catch (const std::bad_alloc&) {
+      outcome = Outcome::kNoMemory;
+    }
+  }
+
+  // Last: started once the fields it fills are made.
+  std::thread thread_;
+};
+
+// Note [The keys are checked while listing]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A stat per file is most of a re-run's time (Note [The files' index],
-// file_index.py), and the kernel does it for each thread at once: about
-// 1 s at 10^6 files on 2 cores (the benchmark's floors()). Finding each
-// listed name among the index's costs a cache miss or two more per name,
-// in the table and in the names, which this thread alone did before the
-// others started: about a tenth of a second at 10^6 files. So the threads
-// fill the table together, and then each finds its share of the listed
-// names as it checks their keys.
-void check_all_keys(
+// file_index.py), and listing the directory the most of the rest: about
+// 1 s and 0.4 s at 10^6 files on 2 cores (the benchmark's floors()),
+// both in the kernel. The index names every file a run before read, so
+// its keys need no listing to be checked: a thread lists the directory
+// while this one loads the index (in Python: the cache's file), then a
+// thread per core stats a share of the index's entries by name, the
+// listing still running beside them, and each adds its entries to the
+// table of names as it goes. Only then is each listed name found in the
+// index, to read those the index has not or whose key changed. The listing
+// is in the order the directory keeps, and so was the index (each reading
+// process's chunk of names in listing order), so a listed name is first
+// looked for at the entry after the one before it, and in the table only
+// where that is another name: a name compared in memory read in order
+// instead of two or three cache misses, and nothing else. An entry is
+// unchanged only where its name is listed and its file has its key, as
+// when the listing came first (Note [The files' index]); what changes
+// while the report runs may be seen either way, as before.
+void check_while_listing(
     int directory_fd,
     const Index& index,
-    ListedNames& listed,
+    Listing& listing,
     size_t files_per_thread) {
+  std::unique_ptr<unsigned char[]> same(new unsigned char[index.size]());
   NameTable position(index.names);
   in_shares(
-      index.size, files_per_thread, [&position](size_t begin, size_t end) {
-        position.add(begin, end);
+      index.size,
+      files_per_thread,
+      [directory_fd, &index, &position, &same](size_t begin, size_t end) {
+        stat_entries(directory_fd, index, position, same.get(), begin, end);
       });
+  listing.join();
+  if (listing.outcome != Outcome::kDone) {
+    return;
+  }
+  ListedNames& listed = listing.listed;
   in_shares(
       listed.size(),
       files_per_thread,
-      [directory_fd, &index, &position, &listed](size_t begin, size_t end) {
-        check_keys(directory_fd, index, position, listed, begin, end);
+      [&index, &position, &listed, &same](size_t begin, size_t end) {
+        match_listed(index, position, listed, same.get(), begin, end);
       });
 }
 
@@ -470,34 +581,6 @@ PyObject* names_to_read(const ListedNames& listed, const Index& index) {
     }
   }
   return out;
-}
-
-// Runs check_all_keys without the GIL; false with an exception set where
-// it could not.
-bool check_all_keys_released(
-    int directory_fd,
-    const Index& index,
-    ListedNames& listed,
-    size_t files_per_thread) {
-  Outcome outcome = Outcome::kDone;
-  Py_BEGIN_ALLOW_THREADS;
-  try {
-    check_all_keys(directory_fd, index, listed, files_per_thread);
-  } catch (const std::bad_alloc&) {
-    outcome = Outcome::kNoMemory;
-  } catch (const std::system_error&) {
-    outcome = Outcome::kNoThread;
-  }
-  Py_END_ALLOW_THREADS;
-  if (outcome == Outcome::kNoMemory) {
-    PyErr_NoMemory();
-    return false;
-  }
-  if (outcome == Outcome::kNoThread) {
-    PyErr_SetString(PyExc_RuntimeError, "could not start a thread");
-    return false;
-  }
-  return true;
 }
 
 // The ints of a Python set; false with an exception set.
@@ -664,12 +747,12 @@ PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
 }
 
-PyObject* check_listed(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5 && nargs != 6) {
-    PyErr_SetString(
-        PyExc_TypeError,
-        "check_listed(directory_fd, listed, names, keys, unchanged"
-        "[, files_per_thread])");
+PyObject* list_and_check(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  static const char* const kUsage =
+      "list_and_check(directory_fd, load[, files_per_thread]): load() gives "
+      "(names, keys) or None";
+  if (nargs != 2 && nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, kUsage);
     return nullptr;
   }
   const int directory_fd = PyObject_AsFileDescriptor(args[0]);
@@ -677,10 +760,10 @@ PyObject* check_listed(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   // Fewer than kFilesPerThread in tests, so that a small directory checks
-  // its keys in threads too (Note [The keys are checked in threads]).
+  // its keys in threads too (Note [The keys are checked while listing]).
   size_t files_per_thread = kFilesPerThread;
-  if (nargs == 6) {
-    const Py_ssize_t given = PyLong_AsSsize_t(args[5]);
+  if (nargs == 3) {
+    const Py_ssize_t given = PyLong_AsSsize_t(args[2]);
     if (given == -1 && PyErr_Occurred()) {
       return nullptr;
     }
@@ -690,27 +773,98 @@ PyObject* check_listed(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
     files_per_thread = size_t(given);
   }
-  Buffers buffers;
-  const Py_buffer* given = buffers.get(args[1], false);
-  Index index;
-  if (given == nullptr ||
-      !index_of(buffers, args[2], args[3], args[4], &index)) {
-    return nullptr;
-  }
   try {
-    ListedNames listed;
-    for (const std::string_view name : split_names(*given)) {
-      listed.add(name);
-    }
-    if (!check_all_keys_released(
-            directory_fd, index, listed, files_per_thread)) {
+    std::unique_ptr<Listing> listing;
+    try {
+      listing = std::make_unique<Listing>(directory_fd);
+    } catch (const std::system_error&) {
+      PyErr_SetString(PyExc_RuntimeError, "could not start a thread");
       return nullptr;
     }
-    return names_to_read(listed, index);
+    // Where this returns early, the listing is joined as it goes: it calls
+    // nothing of the interpreter's.
+    const Ref loaded(PyObject_CallNoArgs(args[1]));
+    if (loaded.p == nullptr) {
+      return nullptr;
+    }
+    // Before the buffers: released after their views.
+    Ref unchanged(nullptr);
+    Buffers buffers;
+    Index index;
+    const bool checking = loaded.p != Py_None;
+    if (checking) {
+      if (!PyTuple_Check(loaded.p) || PyTuple_GET_SIZE(loaded.p) != 2) {
+        PyErr_SetString(PyExc_TypeError, kUsage);
+        return nullptr;
+      }
+      const Py_buffer* names =
+          buffers.get(PyTuple_GET_ITEM(loaded.p, 0), false);
+      if (names == nullptr) {
+        return nullptr;
+      }
+      const char* at = static_cast<const char*>(names->buf);
+      unchanged.p = PyByteArray_FromStringAndSize(
+          nullptr, std::count(at, at + names->len, '/'));
+      if (unchanged.p == nullptr) {
+        return nullptr;
+      }
+      memset(
+          PyByteArray_AS_STRING(unchanged.p),
+          0,
+          PyByteArray_GET_SIZE(unchanged.p));
+      if (!index_of(
+              buffers,
+              PyTuple_GET_ITEM(loaded.p, 0),
+              PyTuple_GET_ITEM(loaded.p, 1),
+              unchanged.p,
+              &index)) {
+        return nullptr;
+      }
+    }
+    Outcome outcome = Outcome::kDone;
+    Py_BEGIN_ALLOW_THREADS;
+    try {
+      if (checking) {
+        check_while_listing(directory_fd, index, *listing, files_per_thread);
+      }
+    } catch (const std::bad_alloc&) {
+      outcome = Outcome::kNoMemory;
+    } catch (const std::system_error&) {
+      outcome = Outcome::kNoThread;
+    }
+    listing->join();
+    Py_END_ALLOW_THREADS;
+    if (outcome == Outcome::kDone) {
+      outcome = listing->outcome;
+    }
+    switch (outcome) {
+      case Outcome::kDone:
+        break;
+      case Outcome::kNoMemory:
+        return PyErr_NoMemory();
+      case Outcome::kNoThread:
+        PyErr_SetString(PyExc_RuntimeError, "could not start a thread");
+        return nullptr;
+      case Outcome::kOsError:
+        errno = listing->error;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    const Ref out(names_to_read(listing->listed, index));
+    return out.p == nullptr ? nullptr
+                            : Py_BuildValue(
+                                  "(OnnO)",
+                                  out.p,
+                                  listing->links,
+                                  listing->not_regular,
+                                  checking ? unchanged.p : Py_None);
   } catch (const std::bad_alloc&) {
     // No C++ exception crosses into the interpreter.
     return PyErr_NoMemory();
   }
+}
+
+PyObject* table_lookups(PyObject*, PyObject*) {
+  return PyLong_FromSize_t(names_looked_up.load(std::memory_order_relaxed));
 }
 
 PyObject* changed_groups(PyObject*, PyObject* const* args, Py_ssize_t nargs) {

@@ -19,12 +19,18 @@ PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // in the groups `groups`, their parts at `places` [(log, span)] (None: none),
 // as int64s.
 PyObject* pack_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs);
-// check_listed(directory_fd, listed, names, keys, unchanged[,
-// files_per_thread]) -> the names of `listed` ("/"-ended, as scan_directory
-// lists them) whose key changed or that the index has not; the others'
-// entries become unchanged. A thread per core checks a share of at least
-// files_per_thread names (Note [The keys are checked in threads]).
-PyObject* check_listed(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// list_and_check(directory_fd, load[, files_per_thread]) -> (the record
+// names to read, "/"-ended; symbolic links, other entries that are no
+// regular file; the index's unchanged flags, or None): lists the directory
+// in a thread while load() gives the index (names, keys) or None, then a
+// thread per core checks a share of at least files_per_thread of its keys
+// (Note [The keys are checked while listing]). The names to read are the
+// listed ones whose key changed or that the index has not.
+PyObject* list_and_check(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// table_lookups() -> how many listed names list_and_check looked for in its
+// table of the index's names, not finding them after the name before (Note
+// [The keys are checked while listing]), in this process.
+PyObject* table_lookups(PyObject*, PyObject*);
 // changed_groups(names, keys, unchanged) -> ({jobs' groups of changed
 // entries}, {skipped files' group: unchanged entries}).
 PyObject* changed_groups(PyObject*, PyObject* const* args, Py_ssize_t nargs);

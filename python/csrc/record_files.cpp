@@ -207,8 +207,7 @@ PyMethodDef kMethods[] = {
      "scan_directory(directory_fd)\n"
      "-> (record names, symbolic links, not regular files)\n"
      "\n"
-     "Lists the directory's record names, \"/\"-ended (file_index.scan);\n"
-     "check_listed then compares them with an index."},
+     "Lists the directory's record names, \"/\"-ended (file_index.scan)."},
     {"changed_groups",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::changed_groups)),
@@ -234,12 +233,22 @@ PyMethodDef kMethods[] = {
          autograd_device_logging_report::pack_entries)),
      METH_FASTCALL,
      "pack_entries(records, groups, places) -> bytes"},
-    {"check_listed",
+    {"list_and_check",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
-         autograd_device_logging_report::check_listed)),
+         autograd_device_logging_report::list_and_check)),
      METH_FASTCALL,
-     "check_listed(directory_fd, listed, names, keys, unchanged"
-     "[, files_per_thread]) -> bytes"},
+     "list_and_check(directory_fd, load[, files_per_thread])\n"
+     "-> (names to read, symbolic links, not regular files, unchanged)\n"
+     "\n"
+     "Lists the directory while load() gives the index (names, keys) or\n"
+     "None, and checks the index's keys (file_index.scan_and_check)."},
+    {"table_lookups",
+     autograd_device_logging_report::table_lookups,
+     METH_NOARGS,
+     "table_lookups() -> int\n"
+     "\n"
+     "How many listed names list_and_check looked for in its table of the\n"
+     "index's names, not finding them after the name before, in this process."},
     {"in_group_order",
      autograd_device_logging_report::in_group_order,
      METH_O,
