@@ -791,6 +791,10 @@ def _assemble(directory, options, workers, shown, cache, use_index) -> Optional[
             os.close(directory_fd)
 
 
+# Jobs written at a time: their lines are in memory together.
+JOBS_PER_WRITE = 1024
+
+
 def write_json(report, out) -> None:
     """`report` (a dict, or an Assembled) as JSON on `out`, its keys sorted
     and each job on a line of its own: a job's summary and each other field
@@ -813,13 +817,22 @@ def write_json(report, out) -> None:
 
     fields["jobs"] = None
     names = sorted(fields)
+    # The encoder's own encoding of a str (keys are ASCII-escaped).
+    name_of = json.encoder.encode_basestring_ascii
     out.write("{\n")
     for i, name in enumerate(names):
         if name == "jobs":
             out.write(f"  {encode(name)}: {{\n")
-            for j, job in enumerate(jobs):
-                comma = "," if j + 1 < len(jobs) else ""
-                out.write(f"    {encode(job)}: {line(job)}{comma}\n")
+            # A write per JOBS_PER_WRITE jobs.
+            for start in range(0, len(jobs), JOBS_PER_WRITE):
+                lines = [
+                    f"    {name_of(job)}: {line(job)},\n"
+                    for job in jobs[start : start + JOBS_PER_WRITE]
+                ]
+                if start + JOBS_PER_WRITE >= len(jobs):
+                    # The last job's line without its comma.
+                    lines[-1] = lines[-1][:-2] + "\n"
+                out.write("".join(lines))
             out.write("  }")
         else:
             out.write(f"  {encode(name)}: {encode(fields[name])}")

@@ -9,7 +9,8 @@ import marshal
 import re
 import sys
 from collections import Counter, defaultdict
-from typing import Dict, Iterator, List, Optional, Tuple
+from itertools import chain
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .cost_statistics import ClassCost, over_jobs_of, summaries_of
 from .record_fields import (
@@ -593,10 +594,14 @@ class Assembled:
                 else:
                     joined[target] += 1
         self.joined = joined
-        releases: Dict[str, List[int]] = defaultdict(_release_row)
+        rows: Dict[str, list] = {}
         for kept in jobs.values():
             for release, row in kept[1].items():
-                releases[release] = [a + b for a, b in zip(releases[release], row)]
+                rows.setdefault(release, []).append(row)
+        releases = {
+            release: [sum(column) for column in zip(_release_row(), *r)]
+            for release, r in rows.items()
+        }
         # The jobs of the report: those that counted a process or that an
         # agent joined.
         self.order = sorted(
@@ -627,39 +632,31 @@ class Assembled:
         """The row for all jobs: the sums of the jobs' lights, in the
         jobs' order (a name's place is where it first appears), and the
         threading cost with one vote per job (cost_statistics.over_jobs)."""
-        processes = ranks = counting = 0
-        processes_with: Dict[str, int] = {}
-        passes: Dict[str, int] = {}
+        jobs, no_counts = self.jobs, _no_counts()[1]
+        lights = [
+            no_counts if kept[0] is None else kept[5] for kept in (jobs[job] for job in self.order)
+        ]
+        columns = list(zip(*lights))
+        counting = sum(columns[4])
         no_passes = tuple((c, 0) for c in CLASSES)
-        torch: set = set()
-        left_out: Counter = Counter()
-        per_class: Dict[str, list] = {}
-        joined = self.joined
-        for job in self.order:
-            light = self._counts(job)[1]
-            processes += light[0]
-            ranks += light[1]
-            for name, n in light[2]:
-                processes_with[name] = processes_with.get(name, 0) + n
-            for name, n in light[3] or no_passes:
-                passes[name] = passes.get(name, 0) + n
-            counting += light[4]
-            torch.update(light[5])
-            for reason, n in light[6]:
-                left_out[reason] += n
-            agents = joined.get(job)
-            if agents:
-                left_out["torchrun agent"] += agents
-            if light[7] is not None:
-                for cost in light[7]:
-                    per_class.setdefault(cost[0], []).append(cost[1:])
+        left_out = _summed(columns[6], Counter())
+        agents = sum(self.joined.values())
+        if agents:
+            left_out["torchrun agent"] += agents
+        votes = [cost for costs in columns[7] if costs is not None for cost in costs]
+        per_class = {
+            device_class: [cost[1:] for cost in votes if cost[0] == device_class]
+            for device_class in dict.fromkeys(cost[0] for cost in votes)
+        }
         return {
-            "processes": processes,
-            "ranks": ranks,
-            "processes_with": processes_with,
-            "passes_per_class": passes if counting else None,
+            "processes": sum(columns[0]),
+            "ranks": sum(columns[1]),
+            "processes_with": _summed(columns[2], {}),
+            "passes_per_class": (
+                _summed((p or no_passes for p in columns[3]), {}) if counting else None
+            ),
             "processes_counting_passes": counting,
-            "torch": sorted(torch),
+            "torch": sorted(set(chain.from_iterable(columns[5]))),
             "left_out": dict(sorted(left_out.items())),
             "threading_cost": over_jobs_of(per_class, CLASSES),
         }
@@ -698,6 +695,17 @@ class Assembled:
         for job in self.order:
             self.line(job)
         return self.jobs
+
+
+def _summed(counts: Iterable[tuple], into: dict) -> dict:
+    """`into` with the (name, n) pairs of every tuple of `counts` added,
+    each name first where it first appears: each distinct tuple once,
+    times how often it came (in the order of its first coming, which puts
+    each name where it first appears)."""
+    for pairs, times in Counter(counts).items():
+        for name, n in pairs:
+            into[name] = into.get(name, 0) + n * times
+    return into
 
 
 def assemble(results: Dict[str, JobResult], skipped: Counter, wanted: Optional[set]) -> dict:
