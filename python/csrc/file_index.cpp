@@ -24,6 +24,7 @@
 #include <thread>
 #include <tuple>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <unordered_map>
 #include <unordered_set>
@@ -583,8 +584,84 @@ PyObject* names_to_read(const ListedNames& listed, const Index& index) {
   return out;
 }
 
+// A set of groups (Note [The files' index]: 64-bit hashes of the jobs'
+// names): open addressing over a power of two of slots, at most half full,
+// so that looking up each of a million entries' groups is a slot or two
+// where std::unordered_set's is a division and a node (spans_in: 0.05 s at
+// 10^6 entries, about a third of that so).
+class GroupSet {
+ public:
+  void insert(int64_t group) {
+    if (group == kEmpty) {
+      has_empty_ = true;
+      return;
+    }
+    if (2 * (size_ + 1) > slots_.size()) {
+      grow();
+    }
+    size_t slot = slot_of(group);
+    while (slots_[slot] != kEmpty) {
+      if (slots_[slot] == group) {
+        return;
+      }
+      slot = (slot + 1) & (slots_.size() - 1);
+    }
+    slots_[slot] = group;
+    ++size_;
+  }
+
+  bool contains(int64_t group) const {
+    if (group == kEmpty) {
+      return has_empty_;
+    }
+    if (slots_.empty()) {
+      return false;
+    }
+    for (size_t slot = slot_of(group);;
+         slot = (slot + 1) & (slots_.size() - 1)) {
+      if (slots_[slot] == group) {
+        return true;
+      }
+      if (slots_[slot] == kEmpty) {
+        return false;
+      }
+    }
+  }
+
+ private:
+  // A slot no group is in: the one group of that value is kept aside.
+  static constexpr int64_t kEmpty = std::numeric_limits<int64_t>::min();
+
+  // Fibonacci hashing: the top bits of the product, so that groups that
+  // differ only in their low bits (the parity is a job's or a reason's)
+  // spread.
+  size_t slot_of(int64_t group) const {
+    return size_t((uint64_t(group) * 0x9E3779B97F4A7C15ull) >> (64 - bits_));
+  }
+
+  void grow() {
+    std::vector<int64_t> old(std::max<size_t>(16, 2 * slots_.size()), kEmpty);
+    old.swap(slots_);
+    bits_ = 0;
+    while ((size_t(1) << bits_) < slots_.size()) {
+      ++bits_;
+    }
+    size_ = 0;
+    for (const int64_t group : old) {
+      if (group != kEmpty) {
+        insert(group);
+      }
+    }
+  }
+
+  std::vector<int64_t> slots_;
+  int bits_ = 0;
+  size_t size_ = 0;
+  bool has_empty_ = false;
+};
+
 // The ints of a Python set; false with an exception set.
-bool groups_of(PyObject* set, std::unordered_set<int64_t>& groups) {
+bool groups_of(PyObject* set, GroupSet& groups) {
   const Ref items(PyObject_GetIter(set));
   if (items.p == nullptr) {
     return false;
@@ -610,7 +687,7 @@ bool index_arguments(
     const char* usage,
     Buffers& buffers,
     Index* index,
-    std::unordered_set<int64_t>* groups) {
+    GroupSet* groups) {
   if (nargs != (groups == nullptr ? 3 : 4) ||
       (groups != nullptr && !PyAnySet_Check(args[3]))) {
     PyErr_SetString(PyExc_TypeError, usage);
@@ -920,7 +997,7 @@ PyObject* changed_groups(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 PyObject* names_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Buffers buffers;
   Index index;
-  std::unordered_set<int64_t> groups;
+  GroupSet groups;
   if (!index_arguments(
           args,
           nargs,
@@ -934,7 +1011,7 @@ PyObject* names_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     std::string out;
     for (size_t i = 0; i < index.size; ++i) {
       if (index.unchanged[i] &&
-          groups.count(index.keys[i * kFields + kGroup])) {
+          groups.contains(index.keys[i * kFields + kGroup])) {
         index.unchanged[i] = 0;
         out.append(index.names[i]);
         out += '/';
@@ -1010,7 +1087,7 @@ unchanged_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 PyObject* spans_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Buffers buffers;
   Index index;
-  std::unordered_set<int64_t> groups;
+  GroupSet groups;
   // None: the groups of every job (Note [The files' index]: even ones).
   const bool every_job = nargs == 4 && args[3] == Py_None;
   if (!index_arguments(
@@ -1028,7 +1105,7 @@ PyObject* spans_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       const int64_t* entry = index.keys + i * kFields;
       const int64_t group = entry[kGroup];
       if (index.unchanged[i] &&
-          (every_job ? (group & 1) == 0 : groups.count(group) != 0)) {
+          (every_job ? (group & 1) == 0 : groups.contains(group))) {
         out.push_back({group, entry[kPartLog], entry[kPartSpan]});
       }
     }
