@@ -584,7 +584,9 @@ class Assembled:
                 if known is None or job < known:
                     parents[key] = job
         filtered = 0
-        joined: Counter = Counter()
+        # A dict, then a Counter: Counter's += calls __missing__ (Python)
+        # for each job's first agent.
+        joined: Dict[str, int] = {}
         for job, kept in jobs.items():
             filtered += kept[4]
             for key in kept[3]:
@@ -592,16 +594,12 @@ class Assembled:
                 if wanted is not None and target not in wanted:
                     filtered += 1
                 else:
-                    joined[target] += 1
-        self.joined = joined
-        rows: Dict[str, list] = {}
+                    joined[target] = joined.get(target, 0) + 1
+        self.joined = Counter(joined)
+        releases: Dict[str, List[int]] = defaultdict(_release_row)
         for kept in jobs.values():
             for release, row in kept[1].items():
-                rows.setdefault(release, []).append(row)
-        releases = {
-            release: [sum(column) for column in zip(_release_row(), *r)]
-            for release, r in rows.items()
-        }
+                releases[release] = [a + b for a, b in zip(releases[release], row)]
         # The jobs of the report: those that counted a process or that an
         # agent joined.
         self.order = sorted(
