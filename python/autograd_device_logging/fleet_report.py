@@ -681,11 +681,11 @@ def _list_and_load(directory_fd: int, cache, cache_name, options, totals: FleetT
         state = cache.load(options)
         if state is None:
             return None
-        names, key_bytes, reasons, kept = state
-        keys = array("q")
-        keys.frombytes(key_bytes)
+        names, keys, reasons, kept = state
+        if type(keys) is not array:
+            keys = array("q", bytes(keys))
         # The file's bytes go with the last view of them.
-        state = key_bytes = None
+        state = None
         if not cache.parts_worth_keeping(cache_name, *part_logs_of(names, keys, None)):
             # Note [A record's part, kept]: read afresh, new logs.
             return None

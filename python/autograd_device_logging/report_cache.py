@@ -259,7 +259,7 @@ class ReportCache:
         elif len(self.problems) > problems:
             return None
         else:
-            state = b"".join(names), b"".join(keys), reasons, jobs
+            state = b"".join(names), _joined_keys(keys), reasons, jobs
         self.loaded = base
         return state
 
@@ -610,18 +610,26 @@ class Base:
         self.changed_entries = len(keys) // (8 * FIELDS)
         # One copy of the file's entries and the changes' together, then
         # the file's bytes let go before the entries gone are left out.
-        all_names, all_keys = b"".join([*file_names, names]), b"".join([*file_keys, keys])
+        all_names, all_keys = b"".join([*file_names, names]), _joined_keys([*file_keys, keys])
         file_names.clear()
         file_keys.clear()
         if self.gone:
             flags = bytearray(b"\x01") * (self.entries + self.changed_entries)
             for i in self.gone:
                 flags[i] = 0
-            all_names, all_keys = unchanged_entries_of(
-                all_names, memoryview(all_keys).cast("q"), flags
-            )
+            all_names, all_keys = unchanged_entries_of(all_names, all_keys, flags)
         self.kept_names = len(all_names) - len(names)
         return all_names, all_keys, reasons, merged
+
+
+def _joined_keys(pieces: list) -> array:
+    """The index's keys of `pieces` (buffers of int64s) in one array, each
+    copied once (a bytes object joined first, then the array of it, copied
+    45 MB twice at 10^6 entries)."""
+    keys = array("q")
+    for piece in pieces:
+        keys.frombytes(piece)
+    return keys
 
 
 def _zeros(flags: bytearray, end: int) -> Iterator[int]:
