@@ -1137,6 +1137,87 @@ class TestCompiledFileReading(TestCase):
         self.assertEqual(unchanged.count(0), 2)
         self.assertTrue(outcomes[True][5])
 
+    def test_the_report_assembled_in_compiled_code_is_pythons(self):
+        # Note [Assembling the report in compiled code]: what crosses jobs
+        # and the row for all jobs, from random parts of every shape: agents
+        # whose parent several jobs name, jobs only agents joined, jobs that
+        # counted nothing, names in different orders, no passes or costs,
+        # several classes; with and without --job.
+        totals = report.fleet_totals
+        if totals.cross_jobs is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        rng = random.Random(11)
+        events = ["multidevice_backward", "gpu_cpu_backward"]
+        reasons = ["torchrun agent", "filtered", "no job"]
+        agent_keys = [("host", rng.randrange(100), f"t{rng.randrange(5)}") for _ in range(60)]
+
+        def pairs(names):
+            chosen = rng.sample(names, rng.randrange(len(names) + 1))
+            return tuple((name, rng.randrange(5)) for name in chosen)
+
+        def light():
+            return (
+                rng.randrange(1, 50),
+                rng.randrange(1, 20),
+                pairs(events),
+                None if rng.random() < 0.3 else pairs(list(totals.CLASSES)),
+                rng.randrange(3),
+                tuple(rng.sample(["2.4.1", "2.13.0", "2.15.0"], rng.randrange(1, 3))),
+                pairs(reasons),
+                (
+                    None
+                    if rng.random() < 0.3
+                    else tuple(
+                        (c, rng.uniform(-50, 50), rng.randrange(1, 9), 2, 64, rng.uniform(-1, 1))
+                        for c in rng.sample(list(totals.CLASSES) + ["xpu"], rng.randrange(1, 3))
+                    )
+                ),
+            )
+
+        jobs = {}
+        for i in range(400):
+            counted = rng.random() < 0.85
+            jobs[f"job-{rng.randrange(10**6):06d}"] = (
+                b"summary" if counted else None,
+                {
+                    r: [rng.randrange(9) for _ in range(1 + len(totals.EVENTS))]
+                    for r in rng.sample(["2.4.1", "2.15.0"], rng.randrange(3))
+                },
+                tuple(rng.sample(agent_keys, rng.randrange(3))),
+                tuple(rng.sample(agent_keys, rng.randrange(3))),
+                rng.randrange(3),
+                light() if counted else None,
+                None,
+                -1,
+            )
+        wanted_jobs = set(rng.sample(sorted(jobs), 150))
+        outcomes = []
+        for compiled in (True, False):
+            for wanted in (None, wanted_jobs):
+                with contextlib.ExitStack() as stack:
+                    if not compiled:
+                        for name in ("cross_jobs", "sum_lights"):
+                            stack.enter_context(unittest.mock.patch.object(totals, name, None))
+                    made = totals.Assembled(dict(jobs), collections.Counter(x=2), wanted)
+                    outcomes.append(
+                        (
+                            made.order,
+                            list(made.joined.items()),
+                            json.dumps(made.fields),
+                            json.dumps(made.everything),
+                        )
+                    )
+        self.assertEqual(outcomes[:2], outcomes[2:])
+        order, joined = outcomes[0][:2]
+        # Agents joined jobs that did not count (in the report all the same),
+        # and --job filtered some out.
+        self.assertTrue(any(jobs[job][0] is None for job in order))
+        self.assertGreater(len(joined), 20)
+        self.assertGreater(
+            json.loads(outcomes[1][2])["filtered"], json.loads(outcomes[0][2])["filtered"]
+        )
+        self.assertIn("xpu", json.loads(outcomes[0][3])["threading_cost"])
+
     def test_the_groups_of_many_jobs_are_looked_up_as_in_python(self):
         # The compiled set of groups (GroupSet, file_index.cpp) finds
         # exactly Python's among thousands of random 64-bit groups, both

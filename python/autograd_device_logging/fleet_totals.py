@@ -24,9 +24,9 @@ from .record_fields import (
 )
 
 try:
-    from ._record_files import count_records
+    from ._record_files import count_records, cross_jobs, sum_lights
 except ImportError:  # Note [Reading the files in compiled code], file_index.py
-    count_records = None
+    count_records = cross_jobs = sum_lights = None
 
 ALL_JOBS = "(all jobs)"
 
@@ -577,36 +577,10 @@ class Assembled:
 
     def __init__(self, jobs: Dict[str, KeptJob], skipped: Counter, wanted: Optional[set]):
         self.jobs = jobs
-        parents: Dict[tuple, str] = {}
-        for job, kept in jobs.items():
-            for key in kept[2]:
-                known = parents.get(key)
-                if known is None or job < known:
-                    parents[key] = job
-        filtered = 0
-        # A dict, then a Counter: Counter's += calls __missing__ (Python)
-        # for each job's first agent.
-        joined: Dict[str, int] = {}
-        for job, kept in jobs.items():
-            filtered += kept[4]
-            for key in kept[3]:
-                target = parents.get(key, job)
-                if wanted is not None and target not in wanted:
-                    filtered += 1
-                else:
-                    joined[target] = joined.get(target, 0) + 1
+        # Note [Assembling the report in compiled code]
+        cross = _cross_jobs if cross_jobs is None else cross_jobs
+        joined, filtered, releases, self.order = cross(jobs, wanted, _release_row())
         self.joined = Counter(joined)
-        releases: Dict[str, List[int]] = defaultdict(_release_row)
-        for kept in jobs.values():
-            for release, row in kept[1].items():
-                releases[release] = [a + b for a, b in zip(releases[release], row)]
-        # The jobs of the report: those that counted a process or that an
-        # agent joined.
-        self.order = sorted(
-            job
-            for job in jobs.keys() | joined.keys()
-            if joined.get(job) or (job in jobs and jobs[job][0] is not None)
-        )
         self.everything = self._everything() if self.order else None
         self.fields = {
             "releases": {
@@ -630,31 +604,23 @@ class Assembled:
         """The row for all jobs: the sums of the jobs' lights, in the
         jobs' order (a name's place is where it first appears), and the
         threading cost with one vote per job (cost_statistics.over_jobs)."""
-        jobs, no_counts = self.jobs, _no_counts()[1]
-        lights = [
-            no_counts if kept[0] is None else kept[5] for kept in (jobs[job] for job in self.order)
-        ]
-        columns = list(zip(*lights))
-        counting = sum(columns[4])
+        # Note [Assembling the report in compiled code]
+        add = _sum_lights if sum_lights is None else sum_lights
         no_passes = tuple((c, 0) for c in CLASSES)
-        left_out = _summed(columns[6], Counter())
+        processes, ranks, processes_with, passes, counting, torch, left_out, per_class = add(
+            self.jobs, self.order, _no_counts()[1], no_passes
+        )
+        left_out = Counter(left_out)
         agents = sum(self.joined.values())
         if agents:
             left_out["torchrun agent"] += agents
-        votes = [cost for costs in columns[7] if costs is not None for cost in costs]
-        per_class = {
-            device_class: [cost[1:] for cost in votes if cost[0] == device_class]
-            for device_class in dict.fromkeys(cost[0] for cost in votes)
-        }
         return {
-            "processes": sum(columns[0]),
-            "ranks": sum(columns[1]),
-            "processes_with": _summed(columns[2], {}),
-            "passes_per_class": (
-                _summed((p or no_passes for p in columns[3]), {}) if counting else None
-            ),
+            "processes": processes,
+            "ranks": ranks,
+            "processes_with": processes_with,
+            "passes_per_class": passes if counting else None,
             "processes_counting_passes": counting,
-            "torch": sorted(set(chain.from_iterable(columns[5]))),
+            "torch": sorted(torch),
             "left_out": dict(sorted(left_out.items())),
             "threading_cost": over_jobs_of(per_class, CLASSES),
         }
@@ -693,6 +659,65 @@ class Assembled:
         for job in self.order:
             self.line(job)
         return self.jobs
+
+
+def _cross_jobs(jobs: Dict[str, KeptJob], wanted: Optional[set], no_row: List[int]) -> tuple:
+    """What crosses the jobs' parts: (the agents each job is joined by, the
+    processes filtered out, the rows per torch release, the report's jobs
+    sorted); _record_files.cross_jobs where built."""
+    parents: Dict[tuple, str] = {}
+    for job, kept in jobs.items():
+        for key in kept[2]:
+            known = parents.get(key)
+            if known is None or job < known:
+                parents[key] = job
+    filtered = 0
+    joined: Dict[str, int] = {}
+    for job, kept in jobs.items():
+        filtered += kept[4]
+        for key in kept[3]:
+            target = parents.get(key, job)
+            if wanted is not None and target not in wanted:
+                filtered += 1
+            else:
+                joined[target] = joined.get(target, 0) + 1
+    releases: Dict[str, List[int]] = {}
+    for kept in jobs.values():
+        for release, row in kept[1].items():
+            releases[release] = [a + b for a, b in zip(releases.get(release, no_row), row)]
+    # The jobs of the report: those that counted a process or that an agent
+    # joined.
+    order = sorted(
+        job
+        for job in jobs.keys() | joined.keys()
+        if joined.get(job) or (job in jobs and jobs[job][0] is not None)
+    )
+    return joined, filtered, releases, order
+
+
+def _sum_lights(jobs: Dict[str, KeptJob], order: List[str], no_counts: tuple, no_passes: tuple):
+    """The sums of the lights of the jobs `order` (a job that counted no
+    process: `no_counts`; one that counted no pass: `no_passes`), each name
+    where it first appears: (processes, ranks, processes_with, passes,
+    processes counting passes, {torch}, left_out, {class: [vote]}), each
+    class's votes in the jobs' order; _record_files.sum_lights where built."""
+    lights = [no_counts if kept[0] is None else kept[5] for kept in (jobs[job] for job in order)]
+    columns = list(zip(*lights))
+    votes = [cost for costs in columns[7] if costs is not None for cost in costs]
+    per_class = {
+        device_class: [cost[1:] for cost in votes if cost[0] == device_class]
+        for device_class in dict.fromkeys(cost[0] for cost in votes)
+    }
+    return (
+        sum(columns[0]),
+        sum(columns[1]),
+        _summed(columns[2], {}),
+        _summed((p or no_passes for p in columns[3]), {}),
+        sum(columns[4]),
+        set(chain.from_iterable(columns[5])),
+        _summed(columns[6], {}),
+        per_class,
+    )
 
 
 def _summed(counts: Iterable[tuple], into: dict) -> dict:

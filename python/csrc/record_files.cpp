@@ -10,6 +10,7 @@
 #include "file_index.h"
 #include "python_reference.h"
 #include "record_counting.h"
+#include "report_assembly.h"
 #include "record_file_reading.h"
 
 #include <cerrno>
@@ -253,6 +254,17 @@ PyMethodDef kMethods[] = {
      autograd_device_logging_report::in_group_order,
      METH_O,
      "in_group_order(spans) -> None"},
+    {"cross_jobs",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::cross_jobs)),
+     METH_FASTCALL,
+     "cross_jobs(jobs, wanted, no_row) -> (joined, filtered, releases, order)"},
+    {"sum_lights",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::sum_lights)),
+     METH_FASTCALL,
+     "sum_lights(jobs, order, no_counts, no_passes) -> (processes, ranks, "
+     "processes_with, passes, counting, torch, left_out, per_class)"},
     {"count_records",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::count_records)),

@@ -1,0 +1,360 @@
+// The fleet report's assembly in compiled code: what crosses jobs, and the
+// row for all jobs, from every job's part (Note [Assembling the report in
+// compiled code]).
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <algorithm>
+
+#include "python_reference.h"
+#include "report_assembly.h"
+
+namespace autograd_device_logging_report {
+namespace {
+
+// Note [Assembling the report in compiled code]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A re-run counts only the jobs that changed (Note [A re-run reads the
+// jobs that changed], fleet_report.py), but what crosses jobs (the agents
+// that join a job, the rows per torch release, the jobs' order) and the row
+// for all jobs are made from every job's part (fleet_totals.Assembled): in
+// Python, a dozen dict and tuple operations per job, a tenth of a second or
+// two at 55,000 jobs on this project's 2-core machine, a tenth of a warm
+// run. cross_jobs and sum_lights do the same operations on the same
+// objects, job by job in the same order (so that each name of a row's
+// counts comes where it first appears, and each vote of a class in the
+// jobs' order), each in one call; the rest (sorting the torch releases,
+// the medians over jobs) stays in Python. Without the extension, Assembled
+// does it all in Python: the same report, which the tests hold the two to.
+
+// Item `i` of the tuple `kept` (a job's part: fleet_totals.KeptJob);
+// nullptr with an exception set where it has none.
+PyObject* item_of(PyObject* kept, Py_ssize_t i) {
+  if (!PyTuple_Check(kept) || PyTuple_GET_SIZE(kept) <= i) {
+    PyErr_SetString(PyExc_TypeError, "a job's part is not a KeptJob");
+    return nullptr;
+  }
+  return PyTuple_GET_ITEM(kept, i);
+}
+
+// *total += value (a new reference replaces the old); false with an
+// exception set.
+bool add_to(Ref& total, PyObject* value) {
+  PyObject* sum = PyNumber_Add(total.p, value);
+  if (sum == nullptr) {
+    return false;
+  }
+  Py_DECREF(total.p);
+  total.p = sum;
+  return true;
+}
+
+// into[name] = into.get(name, 0) + n for each (name, n) of `pairs`; false
+// with an exception set.
+bool add_pairs(PyObject* into, PyObject* pairs, PyObject* zero) {
+  const Ref fast(PySequence_Fast(pairs, "counts are not (name, n) pairs"));
+  if (fast.p == nullptr) {
+    return false;
+  }
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.p);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* pair = PySequence_Fast_GET_ITEM(fast.p, i);
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+      PyErr_SetString(PyExc_TypeError, "counts are not (name, n) pairs");
+      return false;
+    }
+    PyObject* name = PyTuple_GET_ITEM(pair, 0);
+    PyObject* known = PyDict_GetItemWithError(into, name);
+    if (known == nullptr && PyErr_Occurred()) {
+      return false;
+    }
+    const Ref sum(PyNumber_Add(
+        known == nullptr ? zero : known, PyTuple_GET_ITEM(pair, 1)));
+    if (sum.p == nullptr || PyDict_SetItem(into, name, sum.p) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Adds every item of `items` to the set `into`; false with an exception
+// set.
+bool add_items(PyObject* into, PyObject* items) {
+  const Ref each(PyObject_GetIter(items));
+  if (each.p == nullptr) {
+    return false;
+  }
+  while (true) {
+    const Ref item(PyIter_Next(each.p));
+    if (item.p == nullptr) {
+      return !PyErr_Occurred();
+    }
+    if (PySet_Add(into, item.p) != 0) {
+      return false;
+    }
+  }
+}
+
+} // namespace
+
+PyObject* cross_jobs(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3 || !PyDict_Check(args[0]) ||
+      (args[1] != Py_None && !PyAnySet_Check(args[1]))) {
+    PyErr_SetString(
+        PyExc_TypeError,
+        "cross_jobs(jobs: dict, wanted: set or None, row: list)");
+    return nullptr;
+  }
+  PyObject* jobs = args[0];
+  PyObject* wanted = args[1] == Py_None ? nullptr : args[1];
+  PyObject* no_row = args[2];
+  const Ref zero(PyLong_FromLong(0));
+  const Ref one(PyLong_FromLong(1));
+  const Ref parents(PyDict_New());
+  const Ref joined(PyDict_New());
+  const Ref releases(PyDict_New());
+  Ref filtered(PyLong_FromLong(0));
+  if (zero.p == nullptr || one.p == nullptr || parents.p == nullptr ||
+      joined.p == nullptr || releases.p == nullptr || filtered.p == nullptr) {
+    return nullptr;
+  }
+  // Each key's parent: the first job that names it, in name order.
+  Py_ssize_t at = 0;
+  PyObject *job = nullptr, *kept = nullptr;
+  while (PyDict_Next(jobs, &at, &job, &kept)) {
+    PyObject* named = item_of(kept, 2);
+    const Ref keys(named == nullptr ? nullptr : PySequence_Fast(named, "keys"));
+    if (keys.p == nullptr) {
+      return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(keys.p); ++i) {
+      PyObject* key = PySequence_Fast_GET_ITEM(keys.p, i);
+      PyObject* known = PyDict_GetItemWithError(parents.p, key);
+      if (known == nullptr && PyErr_Occurred()) {
+        return nullptr;
+      }
+      const int earlier =
+          known == nullptr ? 1 : PyObject_RichCompareBool(job, known, Py_LT);
+      if (earlier < 0 ||
+          (earlier && PyDict_SetItem(parents.p, key, job) != 0)) {
+        return nullptr;
+      }
+    }
+  }
+  // The agents each job's agents join, and the rows per torch release.
+  at = 0;
+  while (PyDict_Next(jobs, &at, &job, &kept)) {
+    PyObject* left_out = item_of(kept, 4);
+    PyObject* agents = item_of(kept, 3);
+    PyObject* rows = item_of(kept, 1);
+    if (left_out == nullptr || agents == nullptr || rows == nullptr ||
+        !add_to(filtered, left_out)) {
+      return nullptr;
+    }
+    const Ref keys(PySequence_Fast(agents, "keys"));
+    if (keys.p == nullptr) {
+      return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(keys.p); ++i) {
+      PyObject* target = PyDict_GetItemWithError(
+          parents.p, PySequence_Fast_GET_ITEM(keys.p, i));
+      if (target == nullptr) {
+        if (PyErr_Occurred()) {
+          return nullptr;
+        }
+        target = job;
+      }
+      const int in = wanted == nullptr ? 1 : PySet_Contains(wanted, target);
+      if (in < 0) {
+        return nullptr;
+      }
+      if (!in) {
+        if (!add_to(filtered, one.p)) {
+          return nullptr;
+        }
+        continue;
+      }
+      PyObject* count = PyDict_GetItemWithError(joined.p, target);
+      if (count == nullptr && PyErr_Occurred()) {
+        return nullptr;
+      }
+      const Ref more(PyNumber_Add(count == nullptr ? zero.p : count, one.p));
+      if (more.p == nullptr || PyDict_SetItem(joined.p, target, more.p) != 0) {
+        return nullptr;
+      }
+    }
+    if (!PyDict_Check(rows)) {
+      PyErr_SetString(PyExc_TypeError, "a job's rows are not a dict");
+      return nullptr;
+    }
+    Py_ssize_t row_at = 0;
+    PyObject *release = nullptr, *row = nullptr;
+    while (PyDict_Next(rows, &row_at, &release, &row)) {
+      PyObject* sum = PyDict_GetItemWithError(releases.p, release);
+      if (sum == nullptr && PyErr_Occurred()) {
+        return nullptr;
+      }
+      const Ref before(PySequence_Fast(sum == nullptr ? no_row : sum, "row"));
+      const Ref added(PySequence_Fast(row, "a release's row is not a list"));
+      if (before.p == nullptr || added.p == nullptr) {
+        return nullptr;
+      }
+      // As zip(): as long as the shorter.
+      const Py_ssize_t width = std::min(
+          PySequence_Fast_GET_SIZE(before.p),
+          PySequence_Fast_GET_SIZE(added.p));
+      const Ref next(PyList_New(width));
+      if (next.p == nullptr) {
+        return nullptr;
+      }
+      for (Py_ssize_t i = 0; i < width; ++i) {
+        PyObject* value = PyNumber_Add(
+            PySequence_Fast_GET_ITEM(before.p, i),
+            PySequence_Fast_GET_ITEM(added.p, i));
+        if (value == nullptr) {
+          return nullptr;
+        }
+        PyList_SET_ITEM(next.p, i, value);
+      }
+      if (PyDict_SetItem(releases.p, release, next.p) != 0) {
+        return nullptr;
+      }
+    }
+  }
+  // The jobs of the report: those that counted a process or that an agent
+  // joined, sorted.
+  const Ref order(PyList_New(0));
+  if (order.p == nullptr) {
+    return nullptr;
+  }
+  at = 0;
+  while (PyDict_Next(jobs, &at, &job, &kept)) {
+    PyObject* summary = item_of(kept, 0);
+    if (summary == nullptr) {
+      return nullptr;
+    }
+    const int has_agents = PyDict_Contains(joined.p, job);
+    if (has_agents < 0 ||
+        ((has_agents || summary != Py_None) &&
+         PyList_Append(order.p, job) != 0)) {
+      return nullptr;
+    }
+  }
+  at = 0;
+  PyObject* count = nullptr;
+  while (PyDict_Next(joined.p, &at, &job, &count)) {
+    const int known = PyDict_Contains(jobs, job);
+    if (known < 0 || (!known && PyList_Append(order.p, job) != 0)) {
+      return nullptr;
+    }
+  }
+  if (PyList_Sort(order.p) != 0) {
+    return nullptr;
+  }
+  return PyTuple_Pack(4, joined.p, filtered.p, releases.p, order.p);
+}
+
+PyObject* sum_lights(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4 || !PyDict_Check(args[0]) || !PyList_Check(args[1])) {
+    PyErr_SetString(
+        PyExc_TypeError,
+        "sum_lights(jobs: dict, order: list, no_counts: tuple, no_passes: "
+        "tuple)");
+    return nullptr;
+  }
+  PyObject* jobs = args[0];
+  PyObject* order = args[1];
+  PyObject* no_counts = args[2];
+  PyObject* no_passes = args[3];
+  const Ref zero(PyLong_FromLong(0));
+  Ref processes(PyLong_FromLong(0));
+  Ref ranks(PyLong_FromLong(0));
+  Ref counting(PyLong_FromLong(0));
+  const Ref processes_with(PyDict_New());
+  const Ref passes(PyDict_New());
+  const Ref torch(PySet_New(nullptr));
+  const Ref left_out(PyDict_New());
+  const Ref per_class(PyDict_New());
+  if (zero.p == nullptr || processes.p == nullptr || ranks.p == nullptr ||
+      counting.p == nullptr || processes_with.p == nullptr ||
+      passes.p == nullptr || torch.p == nullptr || left_out.p == nullptr ||
+      per_class.p == nullptr) {
+    return nullptr;
+  }
+  for (Py_ssize_t j = 0; j < PyList_GET_SIZE(order); ++j) {
+    PyObject* job = PyList_GET_ITEM(order, j);
+    PyObject* kept = PyDict_GetItemWithError(jobs, job);
+    if (kept == nullptr) {
+      if (!PyErr_Occurred()) {
+        PyErr_SetObject(PyExc_KeyError, job);
+      }
+      return nullptr;
+    }
+    PyObject* summary = item_of(kept, 0);
+    PyObject* light = summary == nullptr ? nullptr
+        : summary == Py_None             ? no_counts
+                                         : item_of(kept, 5);
+    if (light == nullptr) {
+      return nullptr;
+    }
+    if (!PyTuple_Check(light) || PyTuple_GET_SIZE(light) < 8) {
+      PyErr_SetString(PyExc_TypeError, "a job's light is not a tuple of 8");
+      return nullptr;
+    }
+    PyObject* job_passes = PyTuple_GET_ITEM(light, 3);
+    const int has_passes = PyObject_IsTrue(job_passes);
+    if (has_passes < 0 || !add_to(processes, PyTuple_GET_ITEM(light, 0)) ||
+        !add_to(ranks, PyTuple_GET_ITEM(light, 1)) ||
+        !add_pairs(processes_with.p, PyTuple_GET_ITEM(light, 2), zero.p) ||
+        !add_pairs(passes.p, has_passes ? job_passes : no_passes, zero.p) ||
+        !add_to(counting, PyTuple_GET_ITEM(light, 4)) ||
+        !add_items(torch.p, PyTuple_GET_ITEM(light, 5)) ||
+        !add_pairs(left_out.p, PyTuple_GET_ITEM(light, 6), zero.p)) {
+      return nullptr;
+    }
+    PyObject* costs = PyTuple_GET_ITEM(light, 7);
+    if (costs == Py_None) {
+      continue;
+    }
+    const Ref each(PySequence_Fast(costs, "costs"));
+    if (each.p == nullptr) {
+      return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(each.p); ++i) {
+      PyObject* cost = PySequence_Fast_GET_ITEM(each.p, i);
+      const Ref device_class(PySequence_GetItem(cost, 0));
+      const Ref vote(PySequence_GetSlice(cost, 1, PY_SSIZE_T_MAX));
+      if (device_class.p == nullptr || vote.p == nullptr) {
+        return nullptr;
+      }
+      PyObject* votes = PyDict_GetItemWithError(per_class.p, device_class.p);
+      if (votes == nullptr) {
+        if (PyErr_Occurred()) {
+          return nullptr;
+        }
+        const Ref made(PyList_New(0));
+        if (made.p == nullptr ||
+            PyDict_SetItem(per_class.p, device_class.p, made.p) != 0) {
+          return nullptr;
+        }
+        votes = made.p; // the dict holds it
+      }
+      if (PyList_Append(votes, vote.p) != 0) {
+        return nullptr;
+      }
+    }
+  }
+  return PyTuple_Pack(
+      8,
+      processes.p,
+      ranks.p,
+      processes_with.p,
+      passes.p,
+      counting.p,
+      torch.p,
+      left_out.p,
+      per_class.p);
+}
+
+} // namespace autograd_device_logging_report
