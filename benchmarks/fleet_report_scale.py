@@ -498,10 +498,9 @@ def profile_warm(directory, cache):
 
     counted = stats.get(key(fleet_totals.FleetTotals.add), (0, 0))[1]
     steps = {
-        "listing the directory, the cache loaded meanwhile in a thread": cumulative(
-            fleet_report._list_and_load
-        ),
-        "comparing every file's key with the index": cumulative(file_index.checked),
+        "listing the directory and checking every file's key against the index, "
+        "the cache loaded meanwhile": cumulative(fleet_report._list_and_load),
+        "of which loading the cache": cumulative(report_cache.ReportCache.load),
         "reading the changed files": cumulative(fleet_report._read),
         "counting the changed jobs' records from their parts": cumulative(
             fleet_report._count_parts
