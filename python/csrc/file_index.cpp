@@ -438,6 +438,25 @@ bool list_directory(
   return true;
 }
 
+// list_directory's outcome: kDone, kOsError (errno in `error`) or
+// kNoMemory. No interpreter call: runs without the GIL.
+Outcome listed_into(
+    int directory_fd,
+    ListedNames& listed,
+    Py_ssize_t& links,
+    Py_ssize_t& not_regular,
+    int& error) {
+  try {
+    if (!list_directory(directory_fd, listed, links, not_regular)) {
+      error = errno;
+      return Outcome::kOsError;
+    }
+    return Outcome::kDone;
+  } catch (const std::bad_alloc&) {
+    return Outcome::kNoMemory;
+  }
+}
+
 // Runs work(begin, end) over [0, count) in even shares, on up to a thread
 // per core (this one among them), each with `least` at least; throws
 // std::system_error where a thread cannot start, once those started are
@@ -496,14 +515,7 @@ class Listing {
 
  private:
   void list(int directory_fd) {
-    try {
-      if (!list_directory(directory_fd, listed, links, not_regular)) {
-        outcome = Outcome::kOsError;
-        error = errno;
-      }
-    } catch (const std::bad_alloc&) {
-      outcome = Outcome::kNoMemory;
-    }
+    outcome = listed_into(directory_fd, listed, links, not_regular, error);
   }
 
   // Last: started once the fields it fills are made.
@@ -799,14 +811,7 @@ PyObject* scan_directory(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     Outcome outcome = Outcome::kDone;
     int error = 0;
     Py_BEGIN_ALLOW_THREADS;
-    try {
-      if (!list_directory(directory_fd, listed, links, not_regular)) {
-        outcome = Outcome::kOsError;
-        error = errno;
-      }
-    } catch (const std::bad_alloc&) {
-      outcome = Outcome::kNoMemory;
-    }
+    outcome = listed_into(directory_fd, listed, links, not_regular, error);
     Py_END_ALLOW_THREADS;
     if (outcome == Outcome::kNoMemory) {
       return PyErr_NoMemory();
