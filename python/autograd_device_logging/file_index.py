@@ -49,8 +49,9 @@ def is_record_name(name: str) -> bool:
 # waited on), the same key (st_size, st_mtime_ns, st_ino) from the same
 # stat, the same reasons for a file it does not read; scan_directory lists
 # as scan does, and list_and_check lists and checks the keys as
-# scan_and_check does, in threads of its own. Only the decoding stays in Python. Without the extension (the source tree)
-# the Python path does it all: the same report. test_report_cache.py
+# scan_and_check does, in threads of its own. Only the decoding stays in
+# Python. Without the extension (the source tree) the Python path does it
+# all: the same report. test_report_cache.py
 # (TestCompiledFileReading) holds the two to each other on directories of
 # every kind of entry, cached and not.
 

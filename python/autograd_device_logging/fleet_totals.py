@@ -721,13 +721,11 @@ def _sum_lights(jobs: Dict[str, KeptJob], order: List[str], no_counts: tuple, no
 
 
 def _summed(counts: Iterable[tuple], into: dict) -> dict:
-    """`into` with the (name, n) pairs of every tuple of `counts` added,
-    each name first where it first appears: each distinct tuple once,
-    times how often it came (in the order of its first coming, which puts
-    each name where it first appears)."""
-    for pairs, times in Counter(counts).items():
+    """`into` with the (name, n) pairs of each tuple of `counts` added in
+    turn: each name where it first appears."""
+    for pairs in counts:
         for name, n in pairs:
-            into[name] = into.get(name, 0) + n * times
+            into[name] = into.get(name, 0) + n
     return into
 
 
