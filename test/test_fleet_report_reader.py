@@ -832,19 +832,24 @@ class TestFleetReportReader(TestCase):
 
     def test_a_reading_process_that_dies_fails_the_report_without_waiting(self):
         self.measured_fleet()
+        # Note [Each chunk is read by the first process to take it]: the
+        # reading process takes the first chunk of names and dies with it,
+        # as if killed; this one waits for it to take one, then reads the
+        # rest.
         program = (
-            "import os, sys\n"
-            "from autograd_device_logging import fleet_report, record_reader\n"
+            "import os, sys, time\n"
+            "from autograd_device_logging import fleet_report\n"
             "report = os.getpid()\n"
-            "def dying(decode):\n"
-            "    def decode_record(*args):\n"
-            "        if os.getpid() != report:\n"
-            "            os._exit(3)  # a reading process, as if killed\n"
-            "        return decode(*args)\n"
-            "    return decode_record\n"
-            "# Either decoding: the fields where the cache keeps them.\n"
-            "record_reader.decode = dying(record_reader.decode)\n"
-            "record_reader.decode_fields = dying(record_reader.decode_fields)\n"
+            "taking = fleet_report.TakenItems.__iter__\n"
+            "def taken_by_a_dying_reader(self):\n"
+            "    if os.getpid() != report:\n"
+            "        for _ in taking(self):\n"
+            "            os._exit(3)\n"
+            "    deadline = time.monotonic() + 30\n"
+            "    while self.taken.value == 0 and time.monotonic() < deadline:\n"
+            "        time.sleep(0.01)\n"
+            "    yield from taking(self)\n"
+            "fleet_report.TakenItems.__iter__ = taken_by_a_dying_reader\n"
             "sys.exit(fleet_report.main(sys.argv[1:]))\n"
         )
         proc = subprocess.run(
@@ -1210,6 +1215,70 @@ def resident(path) -> bool:
             libc.munmap(address, size)
     finally:
         os.close(fd)
+
+
+class TestSharingTheWork(TestCase):
+    """How the names to read are cut (record_reader.chunks_of) and how the
+    processes share the work (Note [Each chunk is read by the first
+    process to take it], fleet_report.py)."""
+
+    @hypothesis.settings(max_examples=400, deadline=None)
+    @hypothesis.given(
+        st.lists(
+            st.binary(min_size=1, max_size=40).map(lambda b: b.replace(b"/", b"x")),
+            max_size=300,
+        ),
+        st.integers(min_value=1, max_value=400),
+    )
+    def test_chunks_hold_the_names_in_order_size_names_each(self, names, size):
+        joined = b"".join(name + b"/" for name in names)
+        expected = [
+            b"".join(name + b"/" for name in names[i : i + size])
+            for i in range(0, len(names), size)
+        ]
+        self.assertEqual(report.record_reader.chunks_of(joined, size), expected)
+
+    def test_the_chunks_of_names_unlike_in_length_are_exact(self):
+        # Short names then long ones: the guess from the mean length is off
+        # by many names on both sides.
+        names = [b"a"] * 2500 + [b"b" * 90] * 2500 + [b"c" * 7] * 1001
+        joined = b"".join(name + b"/" for name in names)
+        chunks = report.record_reader.chunks_of(joined, 1000)
+        self.assertEqual([chunk.count(b"/") for chunk in chunks], [1000] * 6 + [1])
+        self.assertEqual(b"".join(chunks), joined)
+
+    def test_each_item_is_taken_once_and_a_slow_process_takes_fewer(self):
+        import multiprocessing
+        import time
+
+        context = multiprocessing.get_context("fork")
+        items = list(range(300))
+        shared = report.fleet_report.TakenItems(list(items), context.Value("q", 0))
+        theirs = context.SimpleQueue()
+
+        def slow_process():
+            mine = []
+            for item in shared:
+                mine.append(item)
+                time.sleep(0.01)
+            theirs.put(mine)
+
+        process = context.Process(target=slow_process)
+        process.start()
+        mine = []
+        for item in shared:
+            mine.append(item)
+            time.sleep(0.001)
+        other = theirs.get()
+        process.join(60)
+        self.assertEqual(process.exitcode, 0)
+        self.assertEqual(sorted(mine + other), items)
+        self.assertEqual(len(set(mine) & set(other)), 0)
+        self.assertGreater(len(mine), 2 * len(other), (len(mine), len(other)))
+        # This process let go of every item, its own and the other's.
+        self.assertEqual(shared.items, [None] * len(items))
+        # Asked again, there is nothing left.
+        self.assertEqual(list(shared), [])
 
 
 class TestFilesNotInMemory(TestCase):

@@ -154,6 +154,7 @@ class TestReportCache(TestCase):
             "flipped": written[:-3] + bytes([written[-3] ^ 0x55]) + written[-2:],
             "another version": magic + b"0" * 64 + written[len(magic) + 64 :],
             "junk": b"\x00junk",
+            "empty": b"",
         }
 
     def test_cached_and_fresh_reports_are_equal_under_random_changes(self):
@@ -436,6 +437,24 @@ class TestReportCache(TestCase):
             self.one_line_then_rebuilt(
                 cache_dir, fresh, how, "ignoring the report's cache", "rebuilding it"
             )
+
+    def test_a_cache_file_that_is_no_regular_file_is_one_line_and_not_waited_on(self):
+        # Note [The cache file is mapped, not read]: a FIFO in the file's
+        # place is neither waited on (opened for reading, it would wait for
+        # a writer) nor mapped.
+        for i in range(10):
+            self.write(f"r{i}.json")
+        cache_dir = os.path.join(self.tmp.name, "fifo-cache")
+        fresh = self.run_report("--json", "--no-cache").stdout
+        self.assertEqual(self.run_report("--json", "--cache-dir", cache_dir).stdout, fresh)
+        (folder,) = [os.path.join(cache_dir, n) for n in os.listdir(cache_dir)]
+        (name,) = [n for n in os.listdir(folder) if n.startswith("report-")]
+        path = os.path.join(folder, name)
+        os.unlink(path)
+        os.mkfifo(path, 0o600)
+        self.one_line_then_rebuilt(
+            cache_dir, fresh, "a FIFO", "ignoring the report's cache", "not a regular file"
+        )
 
     def test_changes_that_cannot_be_trusted_are_ignored_with_one_line_and_rebuilt(self):
         # Note [The cache's changes]: as the file itself.

@@ -43,7 +43,7 @@ import zlib
 from array import array
 from collections import Counter
 from functools import partial
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 from .file_index import (
     FIELDS,
@@ -102,9 +102,9 @@ class _Progress:
             self.bar.close()
 
 
-def _read_part(directory: str, names: bytes, options, keep: bool, logs, out) -> None:
-    """A reading process: counts the records of the files `names` of
-    `directory` into totals of its own (Note [Reading a fleet in
+def _read_part(directory: str, names: TakenItems, options, keep: bool, logs, out) -> None:
+    """A reading process: counts the records of the files of `directory`
+    whose chunks of names it takes from `names` into totals of its own (Note [Reading a fleet in
     parallel]), saying how many files it read every BATCH, and hands the
     totals over, with the files' index entries where `keep`, and the
     records' parts in a log of its own where `logs` (Note [A record's part,
@@ -178,8 +178,9 @@ class _Logs:
 # the report reads with a process per core (at most
 # fleet_report_options.MAX_WORKERS): this one and the reading processes it
 # forks. This one lists the directory (record_reader.scan) and each process
-# reads an even share of the names to read, which it inherits as one bytes
-# object, so no file is read twice and no name is sent. Each counts what it
+# reads the chunks of the names to read it takes (Note [Each chunk is read
+# by the first process to take it]), which it inherits, so no file is read
+# twice and no name is sent. Each counts what it
 # reads into FleetTotals of its own and, every HAND_OVER records and at the
 # end, hands them over to this process as plain values (FleetTotals.drain,
 # through marshal), which adds them to its own (FleetTotals.take), with the
@@ -195,10 +196,9 @@ class _Logs:
 # limit: a reading process that dies (killed, out of memory) fails the
 # report with a message instead of leaving it waiting for counts that never
 # come.
-def _read_here(
-    directory_fd: int, names: bytes, totals: FleetTotals, entries, between, parts=None
-) -> None:
-    """Reads the files `names` into `totals` in this process (where
+def _read_here(directory_fd: int, names, totals: FleetTotals, entries, between, parts=None) -> None:
+    """Reads the files `names` (as record_reader.read_named takes them)
+    into `totals` in this process (where
     `parts` is given, only their skipped files: the records are counted
     from their parts, Note [Counting from the parts, job by job]);
     `between(files)` runs after each BATCH files with how many were read."""
@@ -215,12 +215,73 @@ def _read_here(
     between(seen % BATCH)
 
 
-def shares_of(names: bytes, workers: int) -> List[List[bytes]]:
-    """`names` ("/"-ended) as `workers` shares of chunks (chunks_of), this
-    process's first: each process lets its chunks go as it reads them."""
+def chunks_for(names: bytes, workers: int) -> List[bytes]:
+    """`names` ("/"-ended) as chunks (chunks_of) of at most CHUNK names,
+    at least one for each of `workers` processes where there are names
+    enough."""
     count = names.count(b"/")
-    chunks = chunks_of(names, max(1, min(CHUNK, -(-count // workers))))
-    return [chunks[i::workers] for i in range(workers)]
+    return chunks_of(names, max(1, min(CHUNK, -(-count // workers))))
+
+
+def _process_context():
+    """multiprocessing's context for the report's processes: forked where
+    the platform can. Forking is safe: the report imports neither torch nor
+    the library, and starts no thread before its processes."""
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else None)
+
+
+# Note [Each chunk is read by the first process to take it]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Given an even share each, the reading processes ended up to 0.35 s apart
+# at 10^6 records on 2 cores (6 s of reading), and the counting processes
+# 0.2 s apart (2.7 s of counting): one also takes what the others hand
+# over, and a machine shared with others slows one process and not the
+# other. So each process has the whole list of the work (the chunks of
+# names, chunks_of; the runs of whole groups of parts, _runs_of) and takes
+# the next item not yet taken, a counter in shared memory under its lock,
+# until none is left: no item is done twice or left out, and a process that
+# falls behind does fewer. Each lets go of its copy of every item up to
+# the one it takes. A process that died holding the lock would hold up the
+# others: the lock is waited for TAKE_TIMEOUT seconds at most.
+TAKE_TIMEOUT = 60.0
+
+
+class TakenItems:
+    """A list of work, each item done by the first process to take it
+    (Note [Each chunk is read by the first process to take it]): iterating
+    gives this process's items. `taken` (a multiprocessing Value of "q",
+    made before the processes are) counts the items taken in every
+    process."""
+
+    def __init__(self, items: list, taken):
+        self.items = items
+        self.taken = taken
+        # This process has let go of the items before this one.
+        self.kept_from = 0
+
+    def __iter__(self) -> Iterator:
+        items = self.items
+        lock = self.taken.get_lock()
+        while True:
+            if not lock.acquire(timeout=TAKE_TIMEOUT):
+                raise RuntimeError("no work could be taken: a report process died")
+            try:
+                i = self.taken.value
+                if i < len(items):
+                    self.taken.value = i + 1
+            finally:
+                lock.release()
+            for j in range(self.kept_from, min(i, len(items))):
+                items[j] = None
+            if i >= len(items):
+                self.kept_from = len(items)
+                return
+            item, items[i] = items[i], None
+            self.kept_from = i + 1
+            yield item
 
 
 class _Readers:
@@ -240,12 +301,7 @@ class _Readers:
         """A process for each of `shares`: reading its names (_read_part),
         or `target`(share, out) where given; the jobs' parts they
         hand over go into `jobs`."""
-        import multiprocessing
-
-        methods = multiprocessing.get_all_start_methods()
-        # Forking is safe: the report imports neither torch nor the library,
-        # and starts no thread before the reading processes.
-        context = multiprocessing.get_context("fork" if "fork" in methods else None)
+        context = _process_context()
         self.totals, self.entries, self.logs, self.progress = totals, entries, logs, progress
         self.jobs = jobs
         # A counting process met a part it could not count.
@@ -350,7 +406,7 @@ def _read(directory, directory_fd, todo: list, workers, totals, sink, shown, log
     names = todo.pop()
     parts = None if logs is None or not names else logs.own()
     workers = max(1, min(workers, names.count(b"/")))
-    shares = shares_of(names, workers)
+    chunks = chunks_for(names, workers)
     del names
 
     def hand_over(files: int) -> None:
@@ -359,20 +415,22 @@ def _read(directory, directory_fd, todo: list, workers, totals, sink, shown, log
             sink(*entries.take())
 
     if workers > 1:
-        readers = _Readers(directory, shares[1:], totals, sink, logs, shown)
-        del shares[1:]  # the reading processes have their own
+        # Note [Each chunk is read by the first process to take it]
+        shared = TakenItems(chunks, _process_context().Value("q", 0))
+        del chunks
+        readers = _Readers(directory, [shared] * (workers - 1), totals, sink, logs, shown)
         try:
 
             def between(files: int) -> None:
                 hand_over(files)
                 readers.take(False)
 
-            _read_here(directory_fd, shares[0], totals, entries, between, parts)
+            _read_here(directory_fd, shared, totals, entries, between, parts)
             readers.take(True)
         finally:
             readers.close()
     else:
-        _read_here(directory_fd, shares[0], totals, entries, hand_over, parts)
+        _read_here(directory_fd, chunks, totals, entries, hand_over, parts)
     if entries is not None:
         sink(*entries.take())
 
@@ -408,14 +466,16 @@ class _Counters:
     """The counting processes (Note [Counting from the parts, job by job]),
     forked before anything is loaded or read, while this process is small:
     a process forked later starts with all this one then holds (and is
-    measured with it). Each waits for its share of the parts."""
+    measured with it). Each waits for the parts to count, which it is sent
+    as they are, through a pipe of its own: it takes runs of them (Note
+    [Each chunk is read by the first process to take it])."""
 
     def __init__(self, cache, cache_name: str, options, processes: int):
-        import multiprocessing
-
-        methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("fork" if "fork" in methods else None)
-        self.inboxes = [context.SimpleQueue() for _ in range(processes)]
+        context = _process_context()
+        # (the process's end, this one's) of each pipe.
+        self.inboxes = [context.Pipe(duplex=False) for _ in range(processes)]
+        # The runs of parts taken, in every process (TakenItems).
+        self.taken = context.Value("q", 0)
         self.jobs: dict = {}
         self.readers = _Readers(
             "",
@@ -424,17 +484,17 @@ class _Counters:
             None,
             None,
             _Progress("", False),
-            target=partial(_count_part, cache, cache_name, options),
+            target=partial(_count_part, cache, cache_name, options, self.taken),
             jobs=self.jobs,
         )
         self.given = False
 
     def give(self, shares: list) -> None:
-        """Hands each process a share of `shares` (None where none is
-        left), emptying it."""
+        """Sends each process one of `shares` (buffers of parts; nothing
+        where none is left), emptying it."""
         self.given = True
-        for inbox in self.inboxes:
-            inbox.put(shares.pop() if shares else None)
+        for _, sender in self.inboxes:
+            sender.send_bytes(shares.pop() if shares else b"")
 
     def take(self, jobs: dict) -> bool:
         """Adds the jobs' parts they counted to `jobs`; whether every part
@@ -453,65 +513,71 @@ class _Counters:
 def _count_parts(cache, cache_name, todo: list, options, counters) -> Optional[dict]:
     """The jobs' parts (fleet_totals.KeptJob) counted from the records'
     parts todo.pop() ((group, log, span) triples in group order), by this
-    process and `counters` (_Counters, or None) where there are enough;
-    None where a part is missing, its log is gone or it is not the part its
-    CRC says."""
+    process and `counters` (_Counters, or None) where there are enough,
+    each taking runs of whole groups (Note [Each chunk is read by the first
+    process to take it]); None where a part is missing, its log is gone or
+    it is not the part its CRC says."""
     spans = todo.pop()
     triples = len(spans) // 3
     workers = 1 + (0 if counters is None else len(counters.inboxes))
     workers = max(1, min(workers, triples // BATCH))
-    # Each process takes whole groups.
-    cut = [0]
-    for i in range(1, workers):
-        at = max(cut[-1], triples * i // workers)
-        while 0 < at < triples and spans[3 * at] == spans[3 * at - 3]:
-            at += 1
-        cut.append(at)
-    cut.append(triples)
-    shares = [spans[3 * cut[i] : 3 * cut[i + 1]].tobytes() for i in range(workers)]
-    del spans
     jobs: dict = {}
-    mine = shares.pop(0)
+    taken = None
     if counters is not None:
-        counters.give(shares)
-    whole = _count_here(cache, cache_name, mine, options, jobs.update)
-    del mine
+        # None to those with nothing to count.
+        counters.give([spans] * (workers - 1))
+        taken = counters.taken if workers > 1 else None
+    whole = _count_here(cache, cache_name, spans, options, jobs.update, taken)
+    del spans
     if counters is not None:
         whole = counters.take(jobs) and whole
     return jobs if whole else None
 
 
-def _count_here(cache, cache_name, spans: bytes, options, hand_over) -> bool:
-    """Counts the parts at `spans` (in group order), and hands each
-    JOBS_PER_HAND_OVER finished jobs' parts to `hand_over`; False, at the
-    first part that is missing, in a log that is gone or not as its CRC
-    says."""
-    places = array("q")
-    places.frombytes(spans)
+def _runs_of(places) -> List[tuple]:
+    """The (start, end) of each run of whole groups of the triples
+    `places`, of PARTS_PER_LOAD parts and up to the end of a group."""
+    count = len(places) // 3
+    groups = places[0::3]
+    runs, start = [], 0
+    while start < count:
+        end = min(count, start + PARTS_PER_LOAD)
+        while end < count and groups[end] == groups[end - 1]:
+            end += 1
+        runs.append((start, end))
+        start = end
+    return runs
+
+
+def _count_here(cache, cache_name, spans, options, hand_over, taken=None) -> bool:
+    """Counts the parts at `spans` (in group order; an array("q") or its
+    bytes), a run of whole groups at a time (every run, or those it takes
+    where `taken` counts the runs the processes took: TakenItems), and
+    hands finished jobs' parts to `hand_over` once there are
+    JOBS_PER_HAND_OVER and at the end; False, at the first part that is
+    missing, in a log that is gone or not as its CRC says."""
+    # A view, not a copy: every process holds all the parts' places.
+    places = spans if isinstance(spans, array) else memoryview(spans).cast("q")
     totals = FleetTotals(*options)
     logs: Dict[int, Optional[int]] = {}
-    count = len(places) // 3
+    runs = _runs_of(places)
     try:
-        if load_parts is None:
-            return _count_in_python(cache, cache_name, places, totals, logs, hand_over)
-        groups = places[0::3]
-        start = 0
         open_log = partial(cache.open_log, cache_name)
-        while start < count:
-            # A run of whole groups (Note [Loading a run of parts in
-            # compiled code], record_decoding.cpp), whose jobs are then
-            # whole; handed over every JOBS_PER_HAND_OVER groups or so.
-            end = min(count, start + PARTS_PER_LOAD)
-            while end < count and groups[end] == groups[end - 1]:
-                end += 1
-            loaded = load_parts(places, start, end, logs, open_log, RecordFields)
-            if loaded is None:
-                return False
-            totals.add_all(loaded)
-            del loaded
+        for start, end in runs if taken is None else TakenItems(runs, taken):
+            if load_parts is None:
+                whole = _count_in_python(cache, cache_name, places, start, end, totals, logs)
+                if not whole:
+                    return False
+            else:
+                # Note [Loading a run of parts in compiled code],
+                # record_decoding.cpp: the run's jobs are then whole.
+                loaded = load_parts(places, start, end, logs, open_log, RecordFields)
+                if loaded is None:
+                    return False
+                totals.add_all(loaded)
+                del loaded
             if len(totals.jobs) >= JOBS_PER_HAND_OVER:
                 hand_over(finished_jobs(totals))
-            start = end
         hand_over(finished_jobs(totals))
         return True
     finally:
@@ -520,22 +586,16 @@ def _count_here(cache, cache_name, spans: bytes, options, hand_over) -> bool:
                 os.close(fd)
 
 
-def _count_in_python(cache, cache_name, places, totals, logs, hand_over) -> bool:
-    """_count_here's loop, without the compiled loading."""
+def _count_in_python(cache, cache_name, places, start, end, totals, logs) -> bool:
+    """Counts the parts of triples [start, end) of `places` into `totals`,
+    as load_parts and add_all do in compiled code."""
     loads, crc32, pread = marshal.loads, zlib.crc32, os.pread
     # RecordFields._make without its frame: a part is a tuple of the fields.
     new, fields_type = tuple.__new__, RecordFields
     add = totals.add
-    current, groups = None, 0
     log = fd = None
-    triples = iter(places)
-    for group, place, span in zip(triples, triples, triples):
-        if group != current:
-            # The jobs of the groups before are whole.
-            current = group
-            groups += 1
-            if groups % JOBS_PER_HAND_OVER == 0:
-                hand_over(finished_jobs(totals))
+    triples = iter(places[3 * start : 3 * end])
+    for _, place, span in zip(triples, triples, triples):
         if place >> 32 != log:
             if not place:
                 return False
@@ -550,7 +610,6 @@ def _count_in_python(cache, cache_name, places, totals, logs, hand_over) -> bool
         if len(part) != length or crc32(part) != place & 0xFFFFFFFF:
             return False
         add(new(fields_type, loads(part)))
-    hand_over(finished_jobs(totals))
     return True
 
 
@@ -569,18 +628,20 @@ _LENGTH = (1 << SPAN_LENGTH_BITS) - 1
 # counting process holds one part at a time.
 
 
-def _count_part(cache, cache_name, options, inbox, out) -> None:
-    """A counting process: _count_here of the share it is given (None:
-    none), each hand-over through marshal (Note [Reading a fleet in
-    parallel])."""
+def _count_part(cache, cache_name, options, taken, inbox, out) -> None:
+    """A counting process: _count_here of the runs it takes (`taken`) of
+    the parts it is sent (`inbox`, a pipe's ends: nothing, none), each
+    hand-over through marshal
+    (Note [Reading a fleet in parallel])."""
     try:
-        spans = inbox.get()
-        if spans is not None and not _count_here(
+        spans = inbox[0].recv_bytes()
+        if spans and not _count_here(
             cache,
             cache_name,
             spans,
             options,
             lambda jobs: out.put(("jobs", marshal.dumps(jobs), 0)),
+            taken,
         ):
             out.put(("broken", None, 0))
         out.put(("done", None, 0))

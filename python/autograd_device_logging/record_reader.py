@@ -92,17 +92,48 @@ CHUNK = 1000
 
 
 def chunks_of(names: bytes, size: int = CHUNK) -> List[bytes]:
-    """`names` ("/"-ended) as chunks of at most `size` names, each "/"-ended."""
+    """`names` ("/"-ended) as chunks of `size` names (the last of the rest),
+    each "/"-ended."""
+    # Finding each name's end cost 0.12 s at 10^6 names, while every other
+    # core waited to read. So a chunk's end is guessed from the names' mean
+    # length, its names counted in compiled code, and the guess moved to
+    # the end of the size-th name: a few names away where names are alike.
+    total = len(names)
+    if total == 0:
+        return []
+    step = max(1, total * size // names.count(b"/"))
     chunks, start = [], 0
-    while start < len(names):
-        end = start
-        for _ in range(size):
-            end = names.index(b"/", end) + 1
-            if end == len(names):
-                break
+    while start < total:
+        guess = min(total, start + step)
+        count = names.count(b"/", start, guess)
+        end = guess
+        if count >= size:
+            # Back to the size-th name's "/" (count - size + 1 of them).
+            for _ in range(count - size + 1):
+                end = names.rindex(b"/", start, end)
+            end += 1
+        else:
+            # On to the size-th name's "/", or to the last one.
+            while count < size and end < total:
+                end = names.index(b"/", end) + 1
+                count += 1
         chunks.append(names[start:end])
         start = end
     return chunks
+
+
+def _each_chunk(names) -> Iterator[bytes]:
+    """The chunks of `names`: one bytes object of "/"-ended names, a list
+    of chunks (chunks_of), which it empties as it goes, or any other
+    iterable of chunks."""
+    if isinstance(names, bytes):
+        names = chunks_of(names)
+    if isinstance(names, list):
+        names.reverse()
+        while names:
+            yield names.pop()
+    else:
+        yield from names
 
 
 # Note [Reading the files in compiled code], file_index.py: read_files reads
@@ -116,19 +147,16 @@ def read_named(
     parts=None,
 ) -> Iterator[Record]:
     """The records of the files `names` names: "/"-ended names, as one
-    bytes object or as a list of them (chunks_of), which it empties as it
-    reads, so that the names read are let go (a million names are tens of
-    MB). Each file's entry is added to `entries` (a file that could not be
+    bytes object, as a list of chunks of them (chunks_of), which it empties
+    as it reads, so that the names read are let go (a million names are
+    tens of MB), or as another iterable of chunks (fleet_report.TakenItems). Each file's entry is added to `entries` (a file that could not be
     read has none: the next run tries again) with its record's part
     appended to `parts` (a report_cache.PartsLog, or None: then each record
     comes as its fields, a plain tuple, which is what is kept and nothing
     counts: Note [Counting from the parts, job by job], fleet_report.py);
     what is not a record is counted in `skipped`."""
-    chunks = chunks_of(names) if isinstance(names, bytes) else names
-    chunks.reverse()
-    while chunks:
-        chunk = chunks.pop()[:-1].split(b"/")
-        yield from _read_chunk(directory_fd, chunk, None, skipped, entries, parts)
+    for chunk in _each_chunk(names):
+        yield from _read_chunk(directory_fd, chunk[:-1].split(b"/"), None, skipped, entries, parts)
 
 
 def keep_named(
@@ -139,10 +167,8 @@ def keep_named(
     done. Each chunk is kept in compiled code where the package was built
     with it (Note [Keeping a chunk's records in compiled code],
     record_decoding.cpp)."""
-    chunks = chunks_of(names) if isinstance(names, bytes) else names
-    chunks.reverse()
-    while chunks:
-        chunk = chunks.pop()[:-1].split(b"/")
+    for chunk in _each_chunk(names):
+        chunk = chunk[:-1].split(b"/")
         files = len(chunk)
         outcomes = None
         if keep_records is not None and read_files is not None:

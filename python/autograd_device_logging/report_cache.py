@@ -47,6 +47,7 @@ import errno
 import hashlib
 import itertools
 import marshal
+import mmap
 import os
 import stat
 import sys
@@ -204,20 +205,27 @@ class ReportCache:
         cannot be used (a problem says why)."""
         path = os.path.join(self.folder, name)
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._fd)
+            # Not blocking: a FIFO in its place is not waited on.
+            fd = os.open(
+                name,
+                os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                dir_fd=self._fd,
+            )
         except OSError as e:
             if e.errno != errno.ENOENT:
                 self._problem(f"{path}: {e.strerror or e}")
             return None
         try:
             with open(fd, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            self._problem(f"{path}: {e.strerror or e}")
+                data = _mapped(f.fileno())
+        except (OSError, ValueError) as e:
+            self._problem(f"{path}: {getattr(e, 'strerror', None) or e}")
             return None
         tag = self.tag
-        if not data.startswith(tag):
-            reason = "written by another version" if data.startswith(_MAGIC) else "not a cache"
+        if data[: len(tag)] != tag:
+            reason = (
+                "written by another version" if data[: len(_MAGIC)] == _MAGIC else "not a cache"
+            )
             self._problem(f"{path}: {reason}")
             return None
         body = memoryview(data)[len(tag) + 4 :]
@@ -375,6 +383,31 @@ class ReportCache:
 # of the reasons ({group: reason}), then of dicts of at most JOBS_PER_PART
 # jobs' parts, each after its length (8 bytes).
 IDENTITY_BYTES = 16
+
+
+# Note [The cache file is mapped, not read]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A re-run loads the cache file (130 MB at 10^6 records) while the
+# directory is listed, and the keys are checked only once it is loaded
+# (Note [Loading the cache while listing], fleet_report.py). Read into a
+# bytes object, it cost 0.08 s to fault in and fill the new memory and 0.01 s
+# to give it back, besides the CRC; mapped, its pages come from the page
+# cache as they are: 0.03 s with the CRC. What is kept (the names, the
+# keys, the jobs) is copied or decoded out of it, and the mapping goes with
+# the last view of it. The report's writers never change a file in place:
+# each writes a new one and renames it over the old (CacheWriter), so the
+# mapped file stays as it was read. Only a process that truncates it in
+# place while it is mapped (none of this package's) makes reading it fault.
+def _mapped(fd: int):
+    """The contents of the regular file open as `fd`, mapped read-only
+    (b"" where it is empty); OSError or ValueError where it cannot be."""
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file")
+    size = status.st_size
+    if size == 0:
+        return b""
+    return mmap.mmap(fd, size, prot=mmap.PROT_READ)
 
 
 def _parsed(body: memoryview) -> Tuple[bytes, tuple]:
