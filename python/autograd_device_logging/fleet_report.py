@@ -104,11 +104,11 @@ class _Progress:
 
 def _read_part(directory: str, names: TakenItems, options, keep: bool, logs, out) -> None:
     """A reading process: counts the records of the files of `directory`
-    whose chunks of names it takes from `names` into totals of its own (Note [Reading a fleet in
-    parallel]), saying how many files it read every BATCH, and hands the
-    totals over, with the files' index entries where `keep`, and the
-    records' parts in a log of its own where `logs` (Note [A record's part,
-    kept], report_cache.py)."""
+    whose chunks of names it takes from `names` into totals of its own
+    (Note [Reading a fleet in parallel]), saying how many files it read
+    every BATCH, and hands the totals over, with the files' index entries
+    where `keep`, and the records' parts in a log of its own where `logs`
+    (Note [A record's part, kept], report_cache.py)."""
     parts = None
     try:
         totals = FleetTotals(*options)
@@ -180,14 +180,14 @@ class _Logs:
 # forks. This one lists the directory (record_reader.scan) and each process
 # reads the chunks of the names to read it takes (Note [Each chunk is read
 # by the first process to take it]), which it inherits, so no file is read
-# twice and no name is sent. Each counts what it
-# reads into FleetTotals of its own and, every HAND_OVER records and at the
-# end, hands them over to this process as plain values (FleetTotals.drain,
-# through marshal), which adds them to its own (FleetTotals.take), with the
-# index entries of the files it read (Note [The files' index],
-# record_reader.py) as two buffers: every count is a sum, a union or a rule
-# on the records themselves (Note [A restarted rank counts once, under its
-# newest release], fleet_totals.py), so the report does not depend on which
+# twice and no name is sent. Each counts what it reads into FleetTotals of
+# its own and, every HAND_OVER records and at the end, hands them over to
+# this process as plain values (FleetTotals.drain, through marshal), which
+# adds them to its own (FleetTotals.take), with the index entries of the
+# files it read (Note [The files' index], record_reader.py) as two
+# buffers: every count is a sum, a union or a rule on the records
+# themselves (Note [A restarted rank counts once, under its newest
+# release], fleet_totals.py), so the report does not depend on which
 # process read what, nor on when counts were handed over. No record crosses
 # from one process to another: sending each and counting every one in this
 # process made it the slowest of them. Handing over as it goes keeps a
@@ -198,9 +198,9 @@ class _Logs:
 # come.
 def _read_here(directory_fd: int, names, totals: FleetTotals, entries, between, parts=None) -> None:
     """Reads the files `names` (as record_reader.read_named takes them)
-    into `totals` in this process (where
-    `parts` is given, only their skipped files: the records are counted
-    from their parts, Note [Counting from the parts, job by job]);
+    into `totals` in this process (where `parts` is given, only their
+    skipped files: the records are counted from their parts, Note
+    [Counting from the parts, job by job]);
     `between(files)` runs after each BATCH files with how many were read."""
     if parts is not None:
         for files in keep_named(directory_fd, names, totals.skipped, entries, parts):
