@@ -414,15 +414,21 @@ class TestReportCache(TestCase):
         self.assertEqual(first.stdout, again.stdout)
         self.assertEqual(first.stdout, fresh.stdout)
 
-    def test_a_cache_that_cannot_be_trusted_is_ignored_with_one_line_and_rebuilt(self):
-        for i in range(40):
+    def cached(self, files, cache_name):
+        """(the cache folder, the fresh report, the cache file's path) after
+        a report of `files` records with the cache in `cache_name`, which
+        gives the fresh report."""
+        for i in range(files):
             self.write(f"r{i}.json")
-        cache_dir = os.path.join(self.tmp.name, "cli-cache")
+        cache_dir = os.path.join(self.tmp.name, cache_name)
         fresh = self.run_report("--json", "--no-cache").stdout
         self.assertEqual(self.run_report("--json", "--cache-dir", cache_dir).stdout, fresh)
         (folder,) = [os.path.join(cache_dir, n) for n in os.listdir(cache_dir)]
         (name,) = [n for n in os.listdir(folder) if n.startswith("report-")]
-        path = os.path.join(folder, name)
+        return cache_dir, fresh, os.path.join(folder, name)
+
+    def test_a_cache_that_cannot_be_trusted_is_ignored_with_one_line_and_rebuilt(self):
+        cache_dir, fresh, path = self.cached(40, "cli-cache")
         with open(path, "rb") as f:
             written = f.read()
         damaged = self.damaged(written)
@@ -442,14 +448,7 @@ class TestReportCache(TestCase):
         # Note [The cache file is mapped, not read]: a FIFO in the file's
         # place is neither waited on (opened for reading, it would wait for
         # a writer) nor mapped.
-        for i in range(10):
-            self.write(f"r{i}.json")
-        cache_dir = os.path.join(self.tmp.name, "fifo-cache")
-        fresh = self.run_report("--json", "--no-cache").stdout
-        self.assertEqual(self.run_report("--json", "--cache-dir", cache_dir).stdout, fresh)
-        (folder,) = [os.path.join(cache_dir, n) for n in os.listdir(cache_dir)]
-        (name,) = [n for n in os.listdir(folder) if n.startswith("report-")]
-        path = os.path.join(folder, name)
+        cache_dir, fresh, path = self.cached(10, "fifo-cache")
         os.unlink(path)
         os.mkfifo(path, 0o600)
         self.one_line_then_rebuilt(
