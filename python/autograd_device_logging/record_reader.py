@@ -149,12 +149,13 @@ def read_named(
     """The records of the files `names` names: "/"-ended names, as one
     bytes object, as a list of chunks of them (chunks_of), which it empties
     as it reads, so that the names read are let go (a million names are
-    tens of MB), or as another iterable of chunks (fleet_report.TakenItems). Each file's entry is added to `entries` (a file that could not be
+    tens of MB), or as another iterable of chunks (fleet_report.TakenItems).
+    Each file's entry is added to `entries` (a file that could not be
     read has none: the next run tries again) with its record's part
-    appended to `parts` (a report_cache.PartsLog, or None: then each record
-    comes as its fields, a plain tuple, which is what is kept and nothing
-    counts: Note [Counting from the parts, job by job], fleet_report.py);
-    what is not a record is counted in `skipped`."""
+    appended to `parts` (a report_cache.PartsLog, or None: then each
+    record comes as its fields, a plain tuple, which is what is kept and
+    nothing counts: Note [Counting from the parts, job by job],
+    fleet_report.py); what is not a record is counted in `skipped`."""
     for chunk in _each_chunk(names):
         yield from _read_chunk(directory_fd, chunk[:-1].split(b"/"), None, skipped, entries, parts)
 
