@@ -93,6 +93,52 @@ class TestReportCommandLine(TestCase):
         self.assertEqual((status, seen, gc.isenabled()), (0, [False], True))
         self.assertIn('"big"', out.getvalue())
 
+    def test_the_command_ends_once_the_report_and_its_files_are_out(self):
+        # Note [The command ends once the report is out]: both command lines
+        # end the process without the interpreter's exit (no exit handler
+        # runs), with main's status, the report and every file written whole.
+        self.a_fleet()
+        started = {
+            "python -m": "import runpy\n"
+            "sys.argv = ['autograd_device_logging', 'report', *sys.argv[1:]]\n"
+            "runpy.run_module('autograd_device_logging', run_name='__main__')\n",
+            "console script": "from autograd_device_logging.fleet_report import command\n"
+            "sys.argv[0] = 'autograd-device-logging-report'\n"
+            "sys.exit(command())\n",
+        }
+        for how, code in started.items():
+            with self.subTest(how):
+                textfile = os.path.join(self.tmp.name, f"{how}.prom")
+                cache = os.path.join(self.tmp.name, f"cache {how}")
+                command = [
+                    sys.executable,
+                    "-c",
+                    "import atexit, sys\n"
+                    "atexit.register(print, 'exit handlers ran', file=sys.stderr)\n" + code,
+                    self.dir,
+                    "--json",
+                    "--prometheus",
+                    textfile,
+                    "--cache-dir",
+                    cache,
+                ]
+                for run in ("first", "from the cache"):
+                    proc = subprocess.run(
+                        command, env=child_env(self.dir), capture_output=True, text=True
+                    )
+                    self.assertEqual(proc.returncode, 0, proc.stderr)
+                    lines = proc.stderr.splitlines()
+                    self.assertEqual(len(lines), 1, proc.stderr)
+                    self.assertTrue(lines[0].endswith(f": wrote the counts to {textfile}"))
+                    report = json.loads(proc.stdout)
+                    self.assertEqual(report["jobs"]["big"]["processes"], 3, run)
+                    with open(textfile) as f:
+                        text = f.read()
+                    self.assertIn('"big"', text)
+                    self.assertTrue(text.endswith("\n"))
+                self.assertTrue(os.listdir(cache))
+        # Called from Python, main returns (test_the_garbage_is_collected_...).
+
     def a_fleet(self):
         """Three jobs that ran backward passes (one measured), two with none."""
         long_name = "/home/someone/projects/" + "very-long-directory-name/" * 6 + "train.py@host"

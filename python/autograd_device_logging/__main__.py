@@ -4,4 +4,4 @@ import sys
 
 from autograd_device_logging.launcher import main
 
-sys.exit(main(sys.argv[1:]))
+sys.exit(main(sys.argv[1:], end_process=True))

@@ -642,6 +642,23 @@ class Assembled:
         self.jobs[job] = (*kept[:6], line, joined)
         return line
 
+    def lines(self, jobs: List[str]) -> List[str]:
+        """line(job) of each of `jobs`, in one pass: where the line kept is
+        for the agents that joined the job now, as it is."""
+        kept, joined, out = self.jobs, self.joined, []
+        for job in jobs:
+            part = kept.get(job)
+            if (
+                part is not None
+                and part[6] is not None
+                and part[7] == joined.get(job, 0)
+                and job != ALL_JOBS
+            ):
+                out.append(part[6])
+            else:
+                out.append(self.line(job))
+        return out
+
     def names(self) -> List[str]:
         """The report's jobs, sorted, the row for all jobs among them."""
         return sorted(self.order + [ALL_JOBS]) if self.order else []
@@ -656,8 +673,7 @@ class Assembled:
 
     def kept(self) -> Dict[str, KeptJob]:
         """Every job's part, its line made (for the cache)."""
-        for job in self.order:
-            self.line(job)
+        self.lines(self.order)
         return self.jobs
 
 

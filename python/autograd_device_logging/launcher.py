@@ -158,11 +158,14 @@ def run_module(name, args):
     return run_program(lambda: runpy.run_module(name, run_name="__main__", alter_sys=True))
 
 
-def main(argv):
+def main(argv, end_process: bool = False):
+    """The launcher's exit status; with `end_process` (`python -m`), its
+    `report` ends the process once the report is out (Note [The command ends
+    once the report is out], fleet_report.py)."""
     if argv[:1] == ["report"]:  # a script named "report": `-- report`
         from autograd_device_logging import fleet_report
 
-        return fleet_report.main(argv[1:], prog=f"{PROG} report")
+        return fleet_report.main(argv[1:], prog=f"{PROG} report", end_process=end_process)
     parser = make_parser()
     args = parser.parse_args(argv)
     # Both are read when the library loads, here and in the children that
