@@ -400,6 +400,10 @@ class TestReportCache(TestCase):
     def test_the_command_line_gives_the_same_bytes_from_the_cache(self):
         for i in range(40):
             self.write(f"r{i}.json")
+        # Jobs that sort before the row for all jobs, and one after it among
+        # them (Assembled.rows puts that row in its place).
+        for i, job in enumerate(("!first", "'quoted'", "(all", "(all jobs) too")):
+            self.write(f"s{i}.json", synthetic_record(job=job, pid=2000 + i))
         cache_dir = os.path.join(self.tmp.name, "cli-cache")
         first = self.run_report("--json", "--cache-dir", cache_dir)
         self.assertEqual((first.returncode, first.stderr), (0, ""))
@@ -413,6 +417,9 @@ class TestReportCache(TestCase):
         fresh = self.run_report("--json", "--no-cache")
         self.assertEqual(first.stdout, again.stdout)
         self.assertEqual(first.stdout, fresh.stdout)
+        jobs = list(json.loads(first.stdout)["jobs"])
+        self.assertEqual(jobs, sorted(jobs))
+        self.assertEqual(jobs[2:5], ["(all", "(all jobs)", "(all jobs) too"])
 
     def cached(self, files, cache_name):
         """(the cache folder, the fresh report, the cache file's path) after

@@ -896,15 +896,19 @@ def write_json(report, out) -> None:
     not change."""
     encode = json.JSONEncoder(sort_keys=True).encode
     if isinstance(report, Assembled):
-        fields, jobs = dict(report.fields), report.names()
-        lines_of = report.lines
+        fields = dict(report.fields)
+        jobs, made = report.rows()
+
+        def lines_of(start: int, end: int) -> List[str]:
+            return made[start:end]
+
     else:
         fields = {name: value for name, value in report.items() if name != "jobs"}
         summaries = report["jobs"]
         jobs = sorted(summaries)
 
-        def lines_of(some: List[str]) -> List[str]:
-            return [encode(summaries[job]) for job in some]
+        def lines_of(start: int, end: int) -> List[str]:
+            return [encode(summaries[job]) for job in jobs[start:end]]
 
     fields["jobs"] = None
     names = sorted(fields)
@@ -916,14 +920,15 @@ def write_json(report, out) -> None:
             out.write(f"  {encode(name)}: {{\n")
             # A write per JOBS_PER_WRITE jobs.
             for start in range(0, len(jobs), JOBS_PER_WRITE):
-                some = jobs[start : start + JOBS_PER_WRITE]
-                lines = [
-                    f"    {name_of(job)}: {line},\n" for job, line in zip(some, lines_of(some))
+                end = start + JOBS_PER_WRITE
+                rows = [
+                    f"    {name_of(job)}: {line},\n"
+                    for job, line in zip(jobs[start:end], lines_of(start, end))
                 ]
-                if start + JOBS_PER_WRITE >= len(jobs):
+                if end >= len(jobs):
                     # The last job's line without its comma.
-                    lines[-1] = lines[-1][:-2] + "\n"
-                out.write("".join(lines))
+                    rows[-1] = rows[-1][:-2] + "\n"
+                out.write("".join(rows))
             out.write("  }")
         else:
             out.write(f"  {encode(name)}: {encode(fields[name])}")

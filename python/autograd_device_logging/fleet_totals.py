@@ -8,6 +8,7 @@ import json
 import marshal
 import re
 import sys
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from itertools import chain
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
@@ -582,6 +583,8 @@ class Assembled:
         joined, filtered, releases, self.order = cross(jobs, wanted, _release_row())
         self.joined = Counter(joined)
         self.everything = self._everything() if self.order else None
+        # Each job's line, in order, once kept() made them all.
+        self.made: Optional[List[str]] = None
         self.fields = {
             "releases": {
                 release: {
@@ -663,6 +666,19 @@ class Assembled:
         """The report's jobs, sorted, the row for all jobs among them."""
         return sorted(self.order + [ALL_JOBS]) if self.order else []
 
+    def rows(self) -> Tuple[List[str], List[str]]:
+        """(names(), the line of each): the lines kept() made, where it
+        did, with the row for all jobs in its place (the jobs are in order:
+        cross_jobs)."""
+        if not self.order:
+            return [], []
+        made = self.lines(self.order) if self.made is None else self.made
+        at = bisect_left(self.order, ALL_JOBS)
+        return (
+            [*self.order[:at], ALL_JOBS, *self.order[at:]],
+            [*made[:at], self.line(ALL_JOBS), *made[at:]],
+        )
+
     def report(self) -> dict:
         """{"jobs": {job: summary}, "releases": {torch: counts}, "skipped":
         {reason: n}, "filtered": n}."""
@@ -672,8 +688,9 @@ class Assembled:
         return {"jobs": jobs, **self.fields}
 
     def kept(self) -> Dict[str, KeptJob]:
-        """Every job's part, its line made (for the cache)."""
-        self.lines(self.order)
+        """Every job's part, its line made (for the cache): rows() takes
+        the lines as they are."""
+        self.made = self.lines(self.order)
         return self.jobs
 
 
