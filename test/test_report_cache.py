@@ -1243,6 +1243,57 @@ class TestCompiledFileReading(TestCase):
         )
         self.assertIn("xpu", json.loads(outcomes[0][3])["threading_cost"])
 
+    def test_the_lines_kept_are_taken_as_in_python(self):
+        # Note [The lines kept are taken in one call]: a line kept stands
+        # where it was made for the agents that join its job now; one made
+        # for others, none made, and a job named as the row for all jobs are
+        # made again, as Python's loop does.
+        totals = report.fleet_totals
+        if totals.kept_lines is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        rng = random.Random(13)
+        agents = [("host", pid, "t") for pid in range(40)]
+        jobs = {}
+        for i, job in enumerate([f"job-{i:03d}" for i in range(300)] + [totals.ALL_JOBS]):
+            summary = {
+                "processes": i,
+                "ranks": 1,
+                "processes_with": {},
+                "passes_per_class": None,
+                "processes_counting_passes": 0,
+                "torch": ["2.13.0"],
+                "left_out": {},
+                "threading_cost": None,
+            }
+            own = tuple(rng.sample(agents, rng.randrange(3)))
+            made_for = len(own) + rng.choice((0, 0, 0, 1))
+            jobs[job] = (
+                marshal.dumps(summary),
+                {},
+                # A parent few agents are: most agents stay in their job.
+                (("host", rng.randrange(38, 60), "t"),) if rng.random() < 0.2 else (),
+                own,
+                0,
+                totals.light_of(summary),
+                None if rng.random() < 0.1 else f'{{"kept": {i}}}',
+                made_for,
+            )
+        # A job named as the row for all jobs, its line kept for no agents.
+        jobs[totals.ALL_JOBS] = (*jobs[totals.ALL_JOBS][:2], (), (), 0, jobs[totals.ALL_JOBS][5])
+        jobs[totals.ALL_JOBS] += ('{"kept": "named as the row for all jobs"}', 0)
+        outcomes = []
+        for compiled in (True, False):
+            with contextlib.ExitStack() as stack:
+                if not compiled:
+                    stack.enter_context(unittest.mock.patch.object(totals, "kept_lines", None))
+                made = totals.Assembled(dict(jobs), collections.Counter(), None)
+                outcomes.append(made.lines(made.names()))
+        self.assertEqual(outcomes[0], outcomes[1])
+        kept = sum(line.startswith('{"kept"') for line in outcomes[0])
+        self.assertGreater(kept, 100)
+        self.assertGreater(len(outcomes[0]) - kept, 50)
+        self.assertEqual(outcomes[0].count(json.dumps(made.everything, sort_keys=True)), 2)
+
     def test_the_groups_of_many_jobs_are_looked_up_as_in_python(self):
         # The compiled set of groups (GroupSet, file_index.cpp) finds
         # exactly Python's among thousands of random 64-bit groups, both

@@ -25,9 +25,9 @@ from .record_fields import (
 )
 
 try:
-    from ._record_files import count_records, cross_jobs, sum_lights
+    from ._record_files import count_records, cross_jobs, kept_lines, sum_lights
 except ImportError:  # Note [Reading the files in compiled code], file_index.py
-    count_records = cross_jobs = sum_lights = None
+    count_records = cross_jobs = kept_lines = sum_lights = None
 
 ALL_JOBS = "(all jobs)"
 
@@ -646,8 +646,14 @@ class Assembled:
         return line
 
     def lines(self, jobs: List[str]) -> List[str]:
-        """line(job) of each of `jobs`, in one pass: where the line kept is
-        for the agents that joined the job now, as it is."""
+        """line(job) of each of `jobs` (a list), in one pass: where the line
+        kept is for the agents that joined the job now, as it is."""
+        if kept_lines is not None:
+            # Note [The lines kept are taken in one call], report_assembly.cpp
+            out, again = kept_lines(self.jobs, jobs, self.joined, ALL_JOBS)
+            for i in again:
+                out[i] = self.line(jobs[i])
+            return out
         kept, joined, out = self.jobs, self.joined, []
         for job in jobs:
             part = kept.get(job)

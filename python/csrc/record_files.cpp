@@ -265,6 +265,14 @@ PyMethodDef kMethods[] = {
      METH_FASTCALL,
      "sum_lights(jobs, order, no_counts, no_passes) -> (processes, ranks, "
      "processes_with, passes, counting, torch, left_out, per_class)"},
+    {"kept_lines",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::kept_lines)),
+     METH_FASTCALL,
+     "kept_lines(jobs, names, joined, all_jobs) -> (lines, again)\n"
+     "\n"
+     "Each of `names`' line as its part keeps it, None where it must be made\n"
+     "again, and the positions of those."},
     {"count_records",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::count_records)),

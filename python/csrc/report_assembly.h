@@ -17,5 +17,6 @@ PyObject* cross_jobs(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // {class: [vote]}): the sums of the lights of `order`'s jobs, as
 // Assembled._everything makes them.
 PyObject* sum_lights(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+PyObject* kept_lines(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
 } // namespace autograd_device_logging_report
