@@ -1193,7 +1193,7 @@ class TestCompiledFileReading(TestCase):
                     None
                     if rng.random() < 0.3
                     else tuple(
-                        (c, rng.uniform(-50, 50), rng.randrange(1, 9), 2, 64, rng.uniform(-1, 1))
+                        (c, (rng.uniform(-50, 50), rng.randrange(1, 9), 2, 64, rng.uniform(-1, 1)))
                         for c in rng.sample(list(totals.CLASSES) + ["xpu"], rng.randrange(1, 3))
                     )
                 ),

@@ -14,6 +14,7 @@ from itertools import chain
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .cost_statistics import ClassCost, over_jobs_of, summaries_of
+from .file_index import group_of
 from .record_fields import (
     CLASSES,
     EVENT_BITS,
@@ -485,31 +486,48 @@ class FleetTotals:
 # JobResult's summary in marshal (decoded only where needed), its release
 # rows, parents, agents and filtered records as in JobResult; its light
 # (light_of: what the row for all jobs adds up); its JSON line, and the
-# agents that joined it when the line was made (-1: none made).
+# agents that joined it when the line was made (-1: none made); the group
+# of its records (file_index.group_of: Note [A job's group is kept with its
+# part], fleet_report.py).
 KeptJob = Tuple[
-    Optional[bytes], Dict[str, List[int]], tuple, tuple, int, Optional[tuple], Optional[str], int
+    Optional[bytes],
+    Dict[str, List[int]],
+    tuple,
+    tuple,
+    int,
+    Optional[tuple],
+    Optional[str],
+    int,
+    int,
 ]
 
 
-def kept_job(result: JobResult, line: bool = False) -> KeptJob:
+def kept_job(job: str, result: JobResult, line: bool = False) -> KeptJob:
     """A job's part made now, as the cache keeps it; with `line`, its JSON
     line too, made for its own agents joining it (Note [An agent joins its
     workers' job]: they do unless a rank of another job names one), which
     Assembled.line takes where those are the agents that joined."""
     summary = result[0]
     if summary is None:
-        return (None, *result[1:5], None, None, -1)
+        return (None, *result[1:5], None, None, -1, group_of(job))
     made, joined = None, -1
     if line:
         joined = len(result[3])
         made = _encode(_with_agents(summary, joined))
-    return (marshal.dumps(summary), *result[1:5], light_of(summary), made, joined)
+    return (
+        marshal.dumps(summary),
+        *result[1:5],
+        light_of(summary),
+        made,
+        joined,
+        group_of(job),
+    )
 
 
 def finished_jobs(totals: "FleetTotals") -> Dict[str, KeptJob]:
     """Every job's part of `totals`, its line made (kept_job), as plain
     values; the counts are spent making them."""
-    return {job: kept_job(result, True) for job, result in totals.results().items()}
+    return {job: kept_job(job, result, True) for job, result in totals.results().items()}
 
 
 def light_of(summary: dict) -> tuple:
@@ -530,11 +548,13 @@ def light_of(summary: dict) -> tuple:
             else tuple(
                 (
                     c,
-                    v["median_percent"],
-                    v["processes"],
-                    v["ranks"],
-                    v["pairs"],
-                    v["median_difference_ms"],
+                    (
+                        v["median_percent"],
+                        v["processes"],
+                        v["ranks"],
+                        v["pairs"],
+                        v["median_difference_ms"],
+                    ),
                 )
                 for c, v in costs.items()
             )
@@ -642,7 +662,7 @@ class Assembled:
         if kept[6] is not None and kept[7] == joined:
             return kept[6]
         line = _encode(self.summary(job))
-        self.jobs[job] = (*kept[:6], line, joined)
+        self.jobs[job] = (*kept[:6], line, joined, *kept[8:])
         return line
 
     def lines(self, jobs: List[str]) -> List[str]:
@@ -744,7 +764,7 @@ def _sum_lights(jobs: Dict[str, KeptJob], order: List[str], no_counts: tuple, no
     columns = list(zip(*lights))
     votes = [cost for costs in columns[7] if costs is not None for cost in costs]
     per_class = {
-        device_class: [cost[1:] for cost in votes if cost[0] == device_class]
+        device_class: [cost[1] for cost in votes if cost[0] == device_class]
         for device_class in dict.fromkeys(cost[0] for cost in votes)
     }
     return (
@@ -770,7 +790,9 @@ def _summed(counts: Iterable[tuple], into: dict) -> dict:
 
 def assemble(results: Dict[str, JobResult], skipped: Counter, wanted: Optional[set]) -> dict:
     """The report of the jobs' parts made now (Assembled)."""
-    return Assembled({job: kept_job(r) for job, r in results.items()}, skipped, wanted).report()
+    return Assembled(
+        {job: kept_job(job, r) for job, r in results.items()}, skipped, wanted
+    ).report()
 
 
 def _kept(name: Optional[str]) -> Optional[str]:

@@ -397,25 +397,27 @@ PyObject* sum_lights(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       return nullptr;
     }
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(each.p); ++i) {
+      // (class, vote): the job's vote as light_of made it, taken as it is.
       PyObject* cost = PySequence_Fast_GET_ITEM(each.p, i);
-      const Ref device_class(PySequence_GetItem(cost, 0));
-      const Ref vote(PySequence_GetSlice(cost, 1, PY_SSIZE_T_MAX));
-      if (device_class.p == nullptr || vote.p == nullptr) {
+      if (!PyTuple_Check(cost) || PyTuple_GET_SIZE(cost) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a job's cost is not (class, vote)");
         return nullptr;
       }
-      PyObject* votes = PyDict_GetItemWithError(per_class.p, device_class.p);
+      PyObject* device_class = PyTuple_GET_ITEM(cost, 0);
+      PyObject* vote = PyTuple_GET_ITEM(cost, 1);
+      PyObject* votes = PyDict_GetItemWithError(per_class.p, device_class);
       if (votes == nullptr) {
         if (PyErr_Occurred()) {
           return nullptr;
         }
         const Ref made(PyList_New(0));
         if (made.p == nullptr ||
-            PyDict_SetItem(per_class.p, device_class.p, made.p) != 0) {
+            PyDict_SetItem(per_class.p, device_class, made.p) != 0) {
           return nullptr;
         }
         votes = made.p; // the dict holds it
       }
-      if (PyList_Append(votes, vote.p) != 0) {
+      if (PyList_Append(votes, vote) != 0) {
         return nullptr;
       }
     }
