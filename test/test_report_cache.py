@@ -1162,6 +1162,30 @@ class TestCompiledFileReading(TestCase):
         self.assertEqual(unchanged.count(0), 2)
         self.assertTrue(outcomes[True][5])
 
+    def test_the_index_operations_check_the_names_against_the_keys(self):
+        # Note [The names are split only where they are read]: an operation
+        # that splits no name still counts them, and names one more or one
+        # fewer than the keys' entries are refused, whether it splits them
+        # or not.
+        index = report.file_index
+        if index.changed_groups is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        keys = array.array("q", range(3 * index.FIELDS))
+        calls = {
+            "changed_groups": lambda names, flags: index.changed_groups(names, keys, flags),
+            "spans_in": lambda names, flags: index.spans_in(names, keys, flags, None),
+            "part_logs": lambda names, flags: index.part_logs(names, keys, flags),
+            "names_in": lambda names, flags: index.names_in(names, keys, flags, {0}),
+        }
+        for name, call in calls.items():
+            with self.subTest(name):
+                call(b"a/b/c/", bytearray(3))
+                # A name not "/"-ended is no name.
+                call(b"a/b/c/d", bytearray(3))
+                for names in (b"a/b/", b"a/b/c/d/"):
+                    with self.assertRaisesRegex(ValueError, "differ in length"):
+                        call(names, bytearray(3))
+
     def test_the_report_assembled_in_compiled_code_is_pythons(self):
         # Note [Assembling the report in compiled code]: what crosses jobs
         # and the row for all jobs, from random parts of every shape: agents

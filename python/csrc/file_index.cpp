@@ -106,26 +106,41 @@ std::vector<std::string_view> split_names(const Py_buffer& names) {
 
 // The index's three buffers, checked against each other.
 struct Index {
+  // Empty where the operation reads no name (Note [The names are split
+  // only where they are read]).
   std::vector<std::string_view> names;
   const int64_t* keys = nullptr;
   unsigned char* unchanged = nullptr;
   size_t size = 0;
 };
 
+// Note [The names are split only where they are read]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A view per name is 16 MB at 10^6 entries, made and touched afresh by each
+// operation that gets it; a re-run's changed_groups, spans_in and the two
+// part_logs read only keys and flags. Those count the names ("/"-ended, as
+// split_names takes them) to check the three buffers against each other,
+// and split none.
 bool index_of(
     Buffers& buffers,
     PyObject* names_object,
     PyObject* keys_object,
     PyObject* unchanged_object,
-    Index* index) {
+    Index* index,
+    bool with_names = true) {
   Py_buffer* names = buffers.get(names_object, false);
   Py_buffer* keys = buffers.get(keys_object, false);
   Py_buffer* unchanged = buffers.get(unchanged_object, true);
   if (names == nullptr || keys == nullptr || unchanged == nullptr) {
     return false;
   }
-  index->names = split_names(*names);
-  index->size = index->names.size();
+  if (with_names) {
+    index->names = split_names(*names);
+    index->size = index->names.size();
+  } else {
+    const char* at = static_cast<const char*>(names->buf);
+    index->size = size_t(std::count(at, at + names->len, '/'));
+  }
   if (size_t(keys->len) != index->size * kFields * sizeof(int64_t) ||
       size_t(unchanged->len) != index->size) {
     PyErr_SetString(
@@ -692,20 +707,22 @@ bool groups_of(PyObject* set, GroupSet& groups) {
 }
 
 // The arguments of the index's bulk operations: (names, keys, unchanged),
-// then a set of groups where `groups` is given; false with an exception set.
+// then a set of groups where `groups` is given; the names split where
+// `with_names`; false with an exception set.
 bool index_arguments(
     PyObject* const* args,
     Py_ssize_t nargs,
     const char* usage,
     Buffers& buffers,
     Index* index,
-    GroupSet* groups) {
+    GroupSet* groups,
+    bool with_names = true) {
   if (nargs != (groups == nullptr ? 3 : 4) ||
       (groups != nullptr && !PyAnySet_Check(args[3]))) {
     PyErr_SetString(PyExc_TypeError, usage);
     return false;
   }
-  if (!index_of(buffers, args[0], args[1], args[2], index)) {
+  if (!index_of(buffers, args[0], args[1], args[2], index, with_names)) {
     return false;
   }
   try {
@@ -958,7 +975,8 @@ PyObject* changed_groups(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
           "changed_groups(names, keys, unchanged)",
           buffers,
           &index,
-          nullptr)) {
+          nullptr,
+          /*with_names=*/false)) {
     return nullptr;
   }
   try {
@@ -1101,7 +1119,8 @@ PyObject* spans_in(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
           "spans_in(names, keys, unchanged, groups: set or None)",
           buffers,
           &index,
-          every_job ? nullptr : &groups)) {
+          every_job ? nullptr : &groups,
+          /*with_names=*/false)) {
     return nullptr;
   }
   try {
@@ -1150,7 +1169,8 @@ PyObject* part_logs(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
           "part_logs(names, keys, unchanged)",
           buffers,
           &index,
-          nullptr)) {
+          nullptr,
+          /*with_names=*/false)) {
     return nullptr;
   }
   try {
