@@ -1162,6 +1162,36 @@ class TestCompiledFileReading(TestCase):
         self.assertEqual(unchanged.count(0), 2)
         self.assertTrue(outcomes[True][5])
 
+    def test_parts_are_put_in_group_order_as_python_puts_them(self):
+        # Note [What is in order already is merged]: whatever part of the
+        # triples is in order already (none, all, a run at the end, a run
+        # that ends among equal groups), compiled and Python agree.
+        index = report.file_index
+        if index.in_group_order is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        rng = random.Random(5)
+
+        def triples(count):
+            return [
+                (rng.randrange(-20, 20), rng.randrange(3), rng.randrange(5)) for _ in range(count)
+            ]
+
+        cases = [[], triples(1), sorted(triples(50)), triples(50)]
+        for head in (0, 1, 7, 40):
+            cases.append(triples(head) + sorted(triples(60)))
+        cases.append(sorted(triples(30)) + sorted(triples(30)))
+        cases.append([(3, 1, 1), (3, 1, 0), (3, 1, 0)])
+        for case in cases:
+            flat = array.array("q", [v for t in case for v in t])
+            compiled = array.array("q", flat)
+            index.group_ordered(compiled)
+            with unittest.mock.patch.object(index, "in_group_order", None):
+                index.group_ordered(flat)
+            self.assertEqual(compiled, flat)
+            self.assertEqual(
+                [tuple(compiled[i : i + 3]) for i in range(0, len(compiled), 3)], sorted(case)
+            )
+
     def test_the_index_operations_check_the_names_against_the_keys(self):
         # Note [The names are split only where they are read]: an operation
         # that splits no name still counts them, and names one more or one

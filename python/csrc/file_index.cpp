@@ -1155,7 +1155,22 @@ PyObject* in_group_order(PyObject*, PyObject* spans) {
     return nullptr;
   }
   Span* begin = static_cast<Span*>(view.buf);
-  std::sort(begin, begin + view.len / Py_ssize_t(sizeof(Span)));
+  Span* end = begin + view.len / Py_ssize_t(sizeof(Span));
+  // Note [What is in order already is merged]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // A re-run orders the parts of the files it read (a few thousand, in no
+  // order) followed by those of the unchanged entries, which spans_in gave
+  // in order (about 150,000 at 10^6 records with 1% replaced): sorting them
+  // all took 4 to 10 ms of the one thread that works then, merging 0.6 ms. So
+  // the part before the longest run in order at the end is sorted, and the two
+  // merged. (inplace_merge merges without a buffer where it gets none: no
+  // throw.)
+  Span* ordered = begin == end ? end : end - 1;
+  while (ordered != begin && !(*ordered < *(ordered - 1))) {
+    --ordered;
+  }
+  std::sort(begin, ordered);
+  std::inplace_merge(begin, ordered, end);
   PyBuffer_Release(&view);
   Py_RETURN_NONE;
 }
