@@ -41,6 +41,7 @@ import platform
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -588,7 +589,7 @@ def main():
     compile_bytecode()
     rows = []
     duckdb_version = None
-    profiled = profiled_warm = dropped = None
+    profiled = profiled_warm = dropped = spread = None
     machine = []
     for size in args.sizes:
         work = tempfile.mkdtemp(prefix=f"adl-fleet-{size}-")
@@ -633,6 +634,8 @@ def main():
                     warm_runs.append(warmed(directory, report_run, cores, cache))
                     if warm_runs[-1][2] != after[2]:
                         sys.exit("the report from the cache differs from a fresh read")
+                if largest:
+                    spread = warm_spread_runs(work, directory, cores, after[2])
                 if size == max(args.sizes) and cores == 1:
                     cache = os.path.join(work, "cache-profiled")
                     shutil.copytree(os.path.join(work, f"cache-{cores}-0-kept"), cache)
@@ -665,7 +668,7 @@ def main():
                 rows.append(row)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped)
+    write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped, spread)
     return 0
 
 
@@ -709,6 +712,28 @@ def next_day_runs(work, directory, cores, repeat, dropped=False):
     return runs, out_of_memory
 
 
+# Warm runs of the largest fleet beyond the table's, from copies of the same
+# cache: the spread of a warm run, which the bar is judged on.
+SPREAD_RUNS = 12
+
+
+def warm_spread_runs(work, directory, cores, expected):
+    """SPREAD_RUNS warm runs, each from its own copy of the cache the cold run
+    left (kept before the table's warm runs), each checked equal to
+    `expected`: their wall seconds, sorted."""
+    cache = os.path.join(work, f"cache-{cores}-spread")
+    seconds = []
+    for _ in range(SPREAD_RUNS):
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.copytree(os.path.join(work, f"cache-{cores}-0-kept"), cache)
+        run = warmed(directory, report_run, cores, cache)
+        if run[2] != expected:
+            sys.exit("a warm run of the spread differs from a fresh read")
+        seconds.append(run[0])
+    shutil.rmtree(cache)
+    return sorted(seconds)
+
+
 def check_counts(report, size):
     """The report counted every process: no file skipped, every rank measured."""
     jobs = report["jobs"]
@@ -730,7 +755,7 @@ def duck_counts_of(report):
     ]
 
 
-def write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped):
+def write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped, spread=None):
     try:
         import msgspec
 
@@ -800,15 +825,29 @@ def write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped)
     if largest:
         _, _, _, cold, _, warm_, next_day, _ = largest[0]
         cold_met = cold[2] <= TARGET_SECONDS and cold[3] <= TARGET_MB
+        # The warm bar holds for the slowest warm run, the spread's too.
+        slowest_warm = max([warm_[2], *(spread or [])])
         lines += [
             "",
             f"Targets for 10^6 records on 2 cores: cold at most {TARGET_SECONDS:.0f} s and "
             f"{TARGET_MB:.0f} MB, measured {cold[0]:.1f} s (slowest {cold[2]:.1f} s) and "
             f"{cold[3]:.0f} MB: " + ("met" if cold_met else "MISSED") + f"; warm at most "
-            f"{TARGET_WARM_SECONDS:.0f} s, measured {warm_[0]:.1f} s (slowest {warm_[2]:.1f} s): "
-            + ("met" if warm_[2] <= TARGET_WARM_SECONDS else "MISSED")
+            f"{TARGET_WARM_SECONDS:.0f} s, measured {warm_[0]:.1f} s (slowest of every warm "
+            f"run {slowest_warm:.1f} s): "
+            + ("met" if slowest_warm <= TARGET_WARM_SECONDS else "MISSED")
             + f", and the next day {next_day[0]:.1f} s (slowest {next_day[2]:.1f} s): "
             + ("met." if next_day[2] <= TARGET_WARM_SECONDS else "MISSED."),
+        ]
+    if spread:
+        over = sum(t > TARGET_WARM_SECONDS for t in spread)
+        lines += [
+            "",
+            f"**Warm, {len(spread)} runs more** of the largest fleet on its most cores "
+            "(`warm_spread_runs()` in the script), each from a copy of the same cache and "
+            "checked equal to a fresh read: median "
+            f"{statistics.median(spread):.2f} s, fastest {spread[0]:.2f} s, slowest "
+            f"{spread[-1]:.2f} s; {over} of {len(spread)} over {TARGET_WARM_SECONDS:.0f} s "
+            f"({', '.join(f'{t:.2f}' for t in spread)} s).",
         ]
     if dropped:
         cores, runs, next_day_runs_dropped = dropped
