@@ -841,9 +841,10 @@ def _assemble(directory, options, workers, shown, cache, use_index) -> Optional[
             # Which of the cache's jobs are kept as they were takes a pass
             # over every job (Note [A job's group is kept with its part]),
             # and needs only the groups touched: every job counted again is
-            # of a touched group. So this process finds them once the counting processes
-            # have the parts, and they take the runs it has not (Note [Each
-            # chunk is read by the first process to take it]).
+            # of a touched group. So this process finds them once the
+            # counting processes have the parts, and they take the runs it
+            # has not (Note [Each chunk is read by the first process to take
+            # it]).
             results = _count_parts(
                 cache,
                 cache_name,
