@@ -29,8 +29,11 @@ cold, warm and fresh reports are the same bytes and that DuckDB's counts
 agree, profiles the steps of a cold read on the largest fleet, times what
 the machine itself takes to list, stat and read its files (floors), and writes
 the table, with the commit, the machine and the versions, into --output.
-Targets on a 2-core machine at 10^6 records: cold in at most 10 s and
-300 MB, warm in at most 2 s.
+On the largest fleet with the most processes, 12 warm runs more, each
+right after the machine's own floor for it (stat_floor). Targets on a
+2-core machine at 10^6 records: cold in at most 10 s and 300 MB, warm in at
+most 2 s, each time judged on its median run (Note [A time bar is judged
+on the median run]).
 """
 
 import argparse
@@ -443,13 +446,7 @@ def floors(directory, cores):
         start = time.perf_counter()
         listed = file_index.scan(fd, None, collections.Counter())[0]
         listing = time.perf_counter() - start
-        # An index of every name in the listing's order, of no file's key:
-        # every name is stat'ed, none unchanged.
-        count = listed.count(b"/")
-        keys = bytes(8 * file_index.FIELDS * count)
-        start = time.perf_counter()
-        file_index.list_and_check(fd, lambda: (listed, keys), max(1, count // cores))
-        stats = time.perf_counter() - start
+        stats = stat_floor(fd, listed, cores)
     finally:
         os.close(fd)
     names = listed.split(b"/")[:-1]
@@ -464,6 +461,22 @@ def floors(directory, cores):
         process.join()
     reading = time.perf_counter() - start
     return listing, stats, reading
+
+
+def stat_floor(directory_fd, listed, cores):
+    """Seconds to list the directory `directory_fd` while a thread per core
+    stats each of the names `listed` (file_index.scan's), as a warm run
+    checks every file's key (Note [The keys are checked while listing])."""
+    sys.path.insert(0, PACKAGE_ROOT)
+    from autograd_device_logging import file_index
+
+    # An index of every name in the listing's order, of no file's key:
+    # every name is stat'ed, none unchanged.
+    count = listed.count(b"/")
+    keys = bytes(8 * file_index.FIELDS * count)
+    start = time.perf_counter()
+    file_index.list_and_check(directory_fd, lambda: (listed, keys), max(1, count // cores))
+    return time.perf_counter() - start
 
 
 def profile_warm(directory, cache):
@@ -589,7 +602,7 @@ def main():
     compile_bytecode()
     rows = []
     duckdb_version = None
-    profiled = profiled_warm = dropped = spread = None
+    profiled = profiled_warm = dropped = spread = bars = None
     machine = []
     for size in args.sizes:
         work = tempfile.mkdtemp(prefix=f"adl-fleet-{size}-")
@@ -654,6 +667,12 @@ def main():
                 )
                 if largest:
                     dropped = (cores, summary(cold_dropped), summary(next_day_dropped))
+                    # The seconds of every run the bars are judged on.
+                    bars = (
+                        [r[0] for r in cold],
+                        [r[0] for r in warm_runs] + [seconds for seconds, _ in spread],
+                        [r[0] for r in next_day],
+                    )
                 row = (
                     size,
                     len(report["jobs"]) - 1,
@@ -668,7 +687,7 @@ def main():
                 rows.append(row)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped, spread)
+    write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped, spread, bars)
     return 0
 
 
@@ -713,25 +732,77 @@ def next_day_runs(work, directory, cores, repeat, dropped=False):
 
 
 # Warm runs of the largest fleet beyond the table's, from copies of the same
-# cache: the spread of a warm run, which the bar is judged on.
+# cache: the spread of a warm run, with the machine's own floor right before
+# each (Note [A time bar is judged on the median run]).
 SPREAD_RUNS = 12
 
 
 def warm_spread_runs(work, directory, cores, expected):
     """SPREAD_RUNS warm runs, each from its own copy of the cache the cold run
     left (kept before the table's warm runs), each checked equal to
-    `expected`: their wall seconds, sorted."""
+    `expected`, and each right after stat_floor() of the same files: (the
+    run's wall seconds, the floor's seconds or None where the package was
+    not built) of each, in the order they ran."""
+    sys.path.insert(0, PACKAGE_ROOT)
+    import collections
+
+    from autograd_device_logging import file_index
+
     cache = os.path.join(work, f"cache-{cores}-spread")
-    seconds = []
-    for _ in range(SPREAD_RUNS):
-        shutil.rmtree(cache, ignore_errors=True)
-        shutil.copytree(os.path.join(work, f"cache-{cores}-0-kept"), cache)
-        run = warmed(directory, report_run, cores, cache)
-        if run[2] != expected:
-            sys.exit("a warm run of the spread differs from a fresh read")
-        seconds.append(run[0])
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        listed = file_index.scan(fd, None, collections.Counter())[0]
+        runs = []
+        for _ in range(SPREAD_RUNS):
+            shutil.rmtree(cache, ignore_errors=True)
+            shutil.copytree(os.path.join(work, f"cache-{cores}-0-kept"), cache)
+            warm(directory)
+            floor = None
+            if file_index.list_and_check is not None:
+                floor = stat_floor(fd, listed, cores)
+            run = report_run(directory, cores, cache)
+            if run[2] != expected:
+                sys.exit("a warm run of the spread differs from a fresh read")
+            runs.append((run[0], floor))
+    finally:
+        os.close(fd)
     shutil.rmtree(cache)
-    return sorted(seconds)
+    return runs
+
+
+# Note [A time bar is judged on the median run]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# This project's 2-core machine is a virtual machine whose speed moves from
+# one minute to the next: the same warm run of 10^6 records took 1.6 s in
+# one hour and 2.0 s in another, and its floor, listing the files while
+# stat'ing each (stat_floor), moved from 0.85 to 1.04 s between runs a few
+# seconds apart. The slowest of N runs is no statistic of the report: it
+# grows with N, and one slow minute of the machine decides it. So a time bar
+# is judged on the median run, at the level the median can be told from the
+# runs: where there are enough runs for the interval of the median at 95%
+# (cost_statistics.median_interval, the order statistics whose coverage
+# test/test_cost_statistics.py simulates), the bar is met when the whole
+# interval is at or under it; with fewer runs, when the slowest is. The doc
+# gives how many runs went over and the slowest beside it, and, for the
+# spread's runs, the floor measured right before each, so that a reader
+# can see whether a slow run met a slow machine.
+def time_verdict(seconds, target):
+    """(met, a sentence saying how it was judged) of the runs `seconds` for
+    the bar `target` (Note [A time bar is judged on the median run])."""
+    sys.path.insert(0, PACKAGE_ROOT)
+    from autograd_device_logging.cost_statistics import median_interval
+
+    ordered = sorted(seconds)
+    over = sum(t > target for t in ordered)
+    counts = f"{over} of {len(ordered)} runs over {target:.0f} s, the slowest {ordered[-1]:.2f} s"
+    interval = median_interval(ordered, "runs")
+    if interval is None or not interval["meets_level"]:
+        return ordered[-1] <= target, f"the slowest of {len(ordered)} runs, {ordered[-1]:.2f} s"
+    low, high = interval["percent"]
+    return high <= target, (
+        f"the median of {len(ordered)} runs {statistics.median(ordered):.2f} s, its "
+        f"{interval['level']:.1%} interval {low:.2f}-{high:.2f} s; {counts}"
+    )
 
 
 def check_counts(report, size):
@@ -755,7 +826,9 @@ def duck_counts_of(report):
     ]
 
 
-def write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped, spread=None):
+def write(
+    args, rows, duckdb_version, profiled, profiled_warm, machine, dropped, spread=None, bars=None
+):
     try:
         import msgspec
 
@@ -822,33 +895,50 @@ def write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped,
             f"| {duck_cells} |"
         )
     largest = [r for r in rows if r[0] >= 10**6 and r[2] == 2]
-    if largest:
-        _, _, _, cold, _, warm_, next_day, _ = largest[0]
-        cold_met = cold[2] <= TARGET_SECONDS and cold[3] <= TARGET_MB
-        # The warm bar holds for the slowest warm run, the spread's too.
-        slowest_warm = max([warm_[2], *(spread or [])])
+    if largest and bars:
+        cold = largest[0][3]
+        cold_seconds, warm_seconds, next_day_seconds = bars
+        cold_met, cold_judged = time_verdict(cold_seconds, TARGET_SECONDS)
+        cold_met = cold_met and cold[3] <= TARGET_MB
+        warm_met, warm_judged = time_verdict(warm_seconds, TARGET_WARM_SECONDS)
+        next_met, next_judged = time_verdict(next_day_seconds, TARGET_WARM_SECONDS)
         lines += [
             "",
-            f"Targets for 10^6 records on 2 cores: cold at most {TARGET_SECONDS:.0f} s and "
-            f"{TARGET_MB:.0f} MB, measured {cold[0]:.1f} s (slowest {cold[2]:.1f} s) and "
-            f"{cold[3]:.0f} MB: " + ("met" if cold_met else "MISSED") + f"; warm at most "
-            f"{TARGET_WARM_SECONDS:.0f} s, measured {warm_[0]:.1f} s (slowest of every warm "
-            f"run {slowest_warm:.1f} s): "
-            + ("met" if slowest_warm <= TARGET_WARM_SECONDS else "MISSED")
-            + f", and the next day {next_day[0]:.1f} s (slowest {next_day[2]:.1f} s): "
-            + ("met." if next_day[2] <= TARGET_WARM_SECONDS else "MISSED."),
+            "Targets for 10^6 records on 2 cores, each time judged as Note [A time bar is "
+            f"judged on the median run] says: cold at most {TARGET_SECONDS:.0f} s "
+            f"and {TARGET_MB:.0f} MB, judged on {cold_judged} and its highest peak, "
+            f"{cold[3]:.0f} MB: " + ("met" if cold_met else "MISSED") + "; warm at most "
+            f"{TARGET_WARM_SECONDS:.0f} s, judged on every warm run (the table's and the "
+            f"{len(spread or [])} below), {warm_judged}: "
+            + ("met" if warm_met else "MISSED")
+            + f"; and the next day, judged on {next_judged}: "
+            + ("met." if next_met else "MISSED."),
         ]
     if spread:
-        over = sum(t > TARGET_WARM_SECONDS for t in spread)
+        seconds = sorted(t for t, _ in spread)
+        over = sum(t > TARGET_WARM_SECONDS for t in seconds)
         lines += [
             "",
             f"**Warm, {len(spread)} runs more** of the largest fleet on its most cores "
             "(`warm_spread_runs()` in the script), each from a copy of the same cache and "
             "checked equal to a fresh read: median "
-            f"{statistics.median(spread):.2f} s, fastest {spread[0]:.2f} s, slowest "
-            f"{spread[-1]:.2f} s; {over} of {len(spread)} over {TARGET_WARM_SECONDS:.0f} s "
-            f"({', '.join(f'{t:.2f}' for t in spread)} s).",
+            f"{statistics.median(seconds):.2f} s, fastest {seconds[0]:.2f} s, slowest "
+            f"{seconds[-1]:.2f} s; {over} of {len(seconds)} over {TARGET_WARM_SECONDS:.0f} s.",
         ]
+        floors_ = [floor for _, floor in spread if floor is not None]
+        if len(floors_) == len(spread):
+            above = sorted(t - floor for t, floor in spread)
+            lines += [
+                "",
+                "Right before each, the machine's own floor for it: listing the files while a "
+                "thread per core stats each (`stat_floor()`), as the run's scan does. In the "
+                f"order they ran, run and floor: "
+                + ", ".join(f"{t:.2f}/{floor:.2f}" for t, floor in spread)
+                + f" s. The floor moved from {min(floors_):.2f} to {max(floors_):.2f} s; the "
+                f"run less its floor from {above[0]:.2f} to {above[-1]:.2f} s (median "
+                f"{statistics.median(above):.2f} s); Pearson's correlation of run and floor "
+                f"over the {len(spread)}: {statistics.correlation([t for t, _ in spread], floors_):.2f}.",
+            ]
     if dropped:
         cores, runs, next_day_runs_dropped = dropped
         next_day = [r[6] for r in rows if r[0] == max(args.sizes) and r[2] == cores][0]
