@@ -669,6 +669,7 @@ def main():
                     dropped = (cores, summary(cold_dropped), summary(next_day_dropped))
                     # The seconds of every run the bars are judged on.
                     bars = (
+                        cores,
                         [r[0] for r in cold],
                         [r[0] for r in warm_runs] + [seconds for seconds, _ in spread],
                         [r[0] for r in next_day],
@@ -894,17 +895,21 @@ def write(
             f"| {timed(warm_)} | {warm_[3]:.0f} | {timed(next_day)} | {next_day[3]:.0f} "
             f"| {duck_cells} |"
         )
-    largest = [r for r in rows if r[0] >= 10**6 and r[2] == 2]
-    if largest and bars:
+    # The bars are judged on the largest fleet with the most cores, the
+    # runs `bars` holds.
+    largest = []
+    if bars and max(args.sizes) >= 10**6:
+        largest = [r for r in rows if r[0] == max(args.sizes) and r[2] == bars[0]]
+    if largest:
         cold = largest[0][3]
-        cold_seconds, warm_seconds, next_day_seconds = bars
+        cores, cold_seconds, warm_seconds, next_day_seconds = bars
         cold_met, cold_judged = time_verdict(cold_seconds, TARGET_SECONDS)
         cold_met = cold_met and cold[3] <= TARGET_MB
         warm_met, warm_judged = time_verdict(warm_seconds, TARGET_WARM_SECONDS)
         next_met, next_judged = time_verdict(next_day_seconds, TARGET_WARM_SECONDS)
         lines += [
             "",
-            "Targets for 10^6 records on 2 cores, each time judged as Note [A time bar is "
+            f"Targets for 10^6 records on {cores} cores, each time judged as Note [A time bar is "
             f"judged on the median run] says: cold at most {TARGET_SECONDS:.0f} s "
             f"and {TARGET_MB:.0f} MB, judged on {cold_judged} and its highest peak, "
             f"{cold[3]:.0f} MB: " + ("met" if cold_met else "MISSED") + "; warm at most "
