@@ -772,6 +772,17 @@ def warm_spread_runs(work, directory, cores, expected):
     return runs
 
 
+def cost_statistics():
+    """The package's cost_statistics, loaded from its file as
+    test/test_cost_statistics.py loads it: it imports nothing of the
+    package, and importing the package loads the library."""
+    path = os.path.join(REPO, "python", "autograd_device_logging", "cost_statistics.py")
+    spec = importlib.util.spec_from_file_location("adl_cost_statistics", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 # Note [A time bar is judged on the median run]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # This project's 2-core machine is a virtual machine whose speed moves from
@@ -788,17 +799,6 @@ def warm_spread_runs(work, directory, cores, expected):
 # gives how many runs went over and the slowest beside it, and, for the
 # spread's runs, the floor measured right before each, so that a reader
 # can see whether a slow run met a slow machine.
-def cost_statistics():
-    """The package's cost_statistics, loaded from its file: it imports
-    nothing of the package, whose import loads the library (and the tests
-    judge runs in a process of their own)."""
-    path = os.path.join(REPO, "python", "autograd_device_logging", "cost_statistics.py")
-    spec = importlib.util.spec_from_file_location("adl_cost_statistics", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def time_verdict(seconds, target):
     """(met, a sentence saying how it was judged) of the runs `seconds` for
     the bar `target` (Note [A time bar is judged on the median run])."""
@@ -940,19 +940,20 @@ def write(
             f"{statistics.median(seconds):.2f} s, fastest {seconds[0]:.2f} s, slowest "
             f"{seconds[-1]:.2f} s; {over} of {len(seconds)} over {TARGET_WARM_SECONDS:.0f} s.",
         ]
-        floors_ = [floor for _, floor in spread if floor is not None]
-        if len(floors_) == len(spread):
+        floor_seconds = [floor for _, floor in spread if floor is not None]
+        if len(floor_seconds) == len(spread):
             above = sorted(t - floor for t, floor in spread)
+            correlation = statistics.correlation([t for t, _ in spread], floor_seconds)
             lines += [
                 "",
                 "Right before each, the machine's own floor for it: listing the files while a "
                 "thread per core stats each (`stat_floor()`), as the run's scan does. In the "
                 f"order they ran, run and floor: "
                 + ", ".join(f"{t:.2f}/{floor:.2f}" for t, floor in spread)
-                + f" s. The floor moved from {min(floors_):.2f} to {max(floors_):.2f} s; the "
-                f"run less its floor from {above[0]:.2f} to {above[-1]:.2f} s (median "
-                f"{statistics.median(above):.2f} s); Pearson's correlation of run and floor "
-                f"over the {len(spread)}: {statistics.correlation([t for t, _ in spread], floors_):.2f}.",
+                + f" s. The floor moved from {min(floor_seconds):.2f} to "
+                f"{max(floor_seconds):.2f} s; the run less its floor from {above[0]:.2f} to "
+                f"{above[-1]:.2f} s (median {statistics.median(above):.2f} s); Pearson's "
+                f"correlation of run and floor over the {len(spread)}: {correlation:.2f}.",
             ]
     if dropped:
         cores, runs, next_day_runs_dropped = dropped
