@@ -919,8 +919,9 @@ def write(
         next_met, next_judged = time_verdict(next_day_seconds, TARGET_WARM_SECONDS)
         lines += [
             "",
-            f"Targets for 10^6 records on {cores} cores, each time judged as Note [A time bar is "
-            f"judged on the median run] says: cold at most {TARGET_SECONDS:.0f} s "
+            f"Targets for 10^6 records on {cores} cores, each time judged as "
+            "Note [A time bar is judged on the median run] says: "
+            f"cold at most {TARGET_SECONDS:.0f} s "
             f"and {TARGET_MB:.0f} MB, judged on {cold_judged} and its highest peak, "
             f"{cold[3]:.0f} MB: " + ("met" if cold_met else "MISSED") + "; warm at most "
             f"{TARGET_WARM_SECONDS:.0f} s, judged on every warm run (the table's and the "
