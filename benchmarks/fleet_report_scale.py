@@ -32,7 +32,8 @@ the table, with the commit, the machine and the versions, into --output.
 On the largest fleet with the most processes, 12 warm runs more, each
 right after the machine's own floor for it (stat_floor). Targets on a
 2-core machine at 10^6 records: cold in at most 10 s and 300 MB, warm in at
-most 2 s, each time judged on its median run (Note [A time bar is judged
+most 2 s, each time judged on the median's 95% interval where there are
+runs enough for one, else on the slowest run (Note [A time bar is judged
 on the median run]).
 """
 
