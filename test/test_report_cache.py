@@ -677,6 +677,33 @@ class TestReportCache(TestCase):
         self.assertEqual(collections.Counter(counted), {"j3": 4, "j4": 6, "j6": 6, "j1": 4})
         self.assertEqual(cached, report.fleet_report.summarize_directory(self.dir))
 
+    def test_the_cache_keeps_the_jobs_in_name_order(self):
+        # Note [The cache keeps the jobs in name order]: the file holds
+        # them so, and a re-run puts the jobs it keeps first, as the file
+        # held them, the jobs counted again after.
+        names = [f"job-{j:03d}" for j in range(40)]
+        self.rng.shuffle(names)
+        for i, job in enumerate(names):
+            record = random_record(self.rng, self.written)
+            record.update(job=job, role="rank", rank=0)
+            record.pop("parent", None)
+            self.write(f"{job}.json", record)
+        self.whole_report()
+        cache = self.cache()
+        jobs = cache.load((None, None, None, False))[3]
+        cache.close()
+        self.assertEqual(list(jobs), sorted(names))
+        self.assertNotEqual(sorted(names), names)  # listed in no such order
+        changed = {names[0], names[1], names[2]}
+        for job in changed:
+            self.write(f"{job}.json", dict(random_record(self.rng, 0), job=job, role="other"))
+        cache = self.cache()
+        assembled = report.fleet_report.assemble_directory(self.dir, cache=cache)
+        self.assertEqual(cache.problems, [], cache.problems)
+        order = list(assembled.jobs)
+        self.assertEqual(order[: len(names) - 3], sorted(set(names) - changed))
+        self.assertEqual(set(order[len(names) - 3 :]), changed)
+
 
 class TestCompiledFileReading(TestCase):
     """Note [Reading the files in compiled code]: read_files and the Python

@@ -858,8 +858,11 @@ def _assemble(directory, options, workers, shown, cache, use_index) -> Optional[
                 return None
         if as_they_were is None:
             as_they_were = _kept_as_they_were(kept, touched)
-        for job, result in as_they_were.items():
-            results.setdefault(job, result)
+        # Note [The cache keeps the jobs in name order], report_cache.py:
+        # the jobs kept first, as the cache holds them; a job counted again
+        # takes the place of its part kept.
+        as_they_were.update(results)
+        results = as_they_were
         assembled = Assembled(results, totals.skipped + kept_skips, totals.wanted)
         # The reading counted the records; the rest is counted here.
         shown.update(unchanged.count(1) + sum(totals.skipped.values()))
