@@ -1257,9 +1257,16 @@ class TestCompiledFileReading(TestCase):
         reasons = ["torchrun agent", "filtered", "no job"]
         agent_keys = [("host", rng.randrange(100), f"t{rng.randrange(5)}") for _ in range(60)]
 
+        # Each name also as another object equal to it, which some parts
+        # hold (Note [Sums in machine integers where they fit],
+        # report_assembly.cpp).
+        twins = {name: "".join(list(name)) for name in [*events, *reasons, *totals.CLASSES, "xpu"]}
+
         def pairs(names):
             chosen = rng.sample(names, rng.randrange(len(names) + 1))
-            return tuple((name, rng.randrange(5)) for name in chosen)
+            return tuple(
+                (twins[name] if rng.random() < 0.2 else name, rng.randrange(5)) for name in chosen
+            )
 
         def light():
             return (
@@ -1280,8 +1287,61 @@ class TestCompiledFileReading(TestCase):
                 ),
             )
 
+        jobs = self.random_parts(rng, light, agent_keys, 400)
+        wanted_jobs = set(rng.sample(sorted(jobs), 150))
+        outcomes = self.assembled_both_ways(jobs, wanted_jobs)
+        self.assertEqual(outcomes[:2], outcomes[2:])
+        order, joined = outcomes[0][:2]
+        # Agents joined jobs that did not count (in the report all the same),
+        # and --job filtered some out.
+        self.assertTrue(any(jobs[job][0] is None for job in order))
+        self.assertGreater(len(joined), 20)
+        self.assertGreater(
+            json.loads(outcomes[1][2])["filtered"], json.loads(outcomes[0][2])["filtered"]
+        )
+        self.assertIn("xpu", json.loads(outcomes[0][3])["threading_cost"])
+
+        # Note [Sums in machine integers where they fit]: where a value is
+        # no small exact int, or a part not of the types the cache gives,
+        # the compiled sums are Python's.
+        def changed_light(job, at, value):
+            kept = jobs[job]
+            return {job: (*kept[:5], (*kept[5][:at], value, *kept[5][at + 1 :]), *kept[6:])}
+
+        counted = [job for job in sorted(jobs) if jobs[job][0] is not None]
+        first, second = counted[:2]
+        many_reasons = tuple((f"reason {i}", 1) for i in range(100))
+        variants = {
+            "processes past 63 bits": {
+                **changed_light(first, 0, 2**63 - 1),
+                **changed_light(second, 0, 2**63 - 1),
+            },
+            "a count past 64 bits": changed_light(first, 1, 2**70),
+            "a float count": changed_light(first, 4, 1.5),
+            "a bool count": changed_light(first, 0, True),
+            "pairs in a list": changed_light(first, 2, [("multidevice_backward", 3)]),
+            "a name that is no str": changed_light(first, 2, ((7, 1),)),
+            "a name of a subclass of str": changed_light(
+                first, 2, ((type("Name", (str,), {})("gpu_cpu_backward"), 1),)
+            ),
+            "more names than kept": changed_light(first, 6, many_reasons),
+            "a release row past 64 bits": {
+                first: (jobs[first][0], {"2.4.1": [2**64, 1, 1]}, *jobs[first][2:])
+            },
+            "filtered past 63 bits": {first: (*jobs[first][:4], 2**63 - 1, *jobs[first][5:])},
+            "agents in a list": {first: (*jobs[first][:3], list(agent_keys[:2]), *jobs[first][4:])},
+        }
+        for how, changed in variants.items():
+            outcomes = self.assembled_both_ways({**jobs, **changed}, None)
+            self.assertEqual(outcomes[0], outcomes[1], how)
+
+    @staticmethod
+    def random_parts(rng, light, agent_keys, count):
+        """`count` random jobs' parts (fleet_totals.KeptJob), each
+        counted one with a light()."""
+        totals = report.fleet_totals
         jobs = {}
-        for i in range(400):
+        for i in range(count):
             counted = rng.random() < 0.85
             jobs[f"job-{rng.randrange(10**6):06d}"] = (
                 b"summary" if counted else None,
@@ -1296,15 +1356,22 @@ class TestCompiledFileReading(TestCase):
                 None,
                 -1,
             )
-        wanted_jobs = set(rng.sample(sorted(jobs), 150))
+        return jobs
+
+    @staticmethod
+    def assembled_both_ways(jobs, wanted):
+        """What Assembled makes of `jobs` in compiled code, then in Python
+        (each with and without --job `wanted`, where given): its order,
+        joined, fields and row for all jobs, in the order of their dicts."""
+        totals = report.fleet_totals
         outcomes = []
         for compiled in (True, False):
-            for wanted in (None, wanted_jobs):
+            for chosen in (None, wanted) if wanted is not None else (None,):
                 with contextlib.ExitStack() as stack:
                     if not compiled:
                         for name in ("cross_jobs", "sum_lights"):
                             stack.enter_context(unittest.mock.patch.object(totals, name, None))
-                    made = totals.Assembled(dict(jobs), collections.Counter(x=2), wanted)
+                    made = totals.Assembled(dict(jobs), collections.Counter(x=2), chosen)
                     outcomes.append(
                         (
                             made.order,
@@ -1313,16 +1380,7 @@ class TestCompiledFileReading(TestCase):
                             json.dumps(made.everything),
                         )
                     )
-        self.assertEqual(outcomes[:2], outcomes[2:])
-        order, joined = outcomes[0][:2]
-        # Agents joined jobs that did not count (in the report all the same),
-        # and --job filtered some out.
-        self.assertTrue(any(jobs[job][0] is None for job in order))
-        self.assertGreater(len(joined), 20)
-        self.assertGreater(
-            json.loads(outcomes[1][2])["filtered"], json.loads(outcomes[0][2])["filtered"]
-        )
-        self.assertIn("xpu", json.loads(outcomes[0][3])["threading_cost"])
+        return outcomes
 
     def test_the_lines_kept_are_taken_as_in_python(self):
         # Note [The lines kept are taken in one call]: a line kept stands
