@@ -704,6 +704,33 @@ class TestReportCache(TestCase):
         self.assertEqual(order[: len(names) - 3], sorted(set(names) - changed))
         self.assertEqual(set(order[len(names) - 3 :]), changed)
 
+    def test_what_counting_processes_hand_over_is_taken_between_runs(self):
+        # Note [Counting from the parts, job by job]: this process takes the
+        # jobs the other counting process handed over after each of its runs
+        # of parts, not all once it is done.
+        for i in range(40):
+            self.write(f"r{i}.json")
+        fleet_report = report.fleet_report
+        take = fleet_report._Readers.take
+        waits = []
+
+        def taking(readers, wait):
+            if readers.jobs is not None:  # the counting processes'
+                waits.append(wait)
+            return take(readers, wait)
+
+        with (
+            unittest.mock.patch.object(fleet_report, "BATCH", 1),
+            unittest.mock.patch.object(fleet_report, "PARTS_PER_LOAD", 2),
+            unittest.mock.patch.object(fleet_report._Readers, "take", taking),
+        ):
+            cached, fresh = self.reports(workers=2)
+        self.assertEqual(cached, fresh)
+        # A run of two parts at a time: the runs this process took, each
+        # followed by a take that does not wait, then one that waits.
+        self.assertGreater(waits.count(False), 2, waits)
+        self.assertEqual(waits[-1], True, waits)
+
 
 class TestCompiledFileReading(TestCase):
     """Note [Reading the files in compiled code]: read_files and the Python

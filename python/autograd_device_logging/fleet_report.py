@@ -448,7 +448,9 @@ def _read(directory, directory_fd, todo: list, workers, totals, sink, shown, log
 # while they are in the processor's cache, and each finished job's part of
 # the report (Note [A job's part of the report], fleet_totals.py), with its
 # JSON line, is made there too and handed over every JOBS_PER_HAND_OVER
-# jobs: the parent only assembles. Counting while reading, in the order the
+# jobs, which this process takes between its own runs (taken once it was
+# done, the last 4,600 jobs of a re-run at 10^6 records took 0.017 s to
+# load after every count): the parent only assembles. Counting while reading, in the order the
 # directory lists (no order of jobs), made and merged a job's counts about
 # once per record and left the summaries and lines to one process: 13 of a
 # cold run's 18 s at 10^6 records on 2 cores went to reading, 3 to the
@@ -531,7 +533,10 @@ def _count_parts(
         taken = counters.taken if workers > 1 else None
     if meanwhile is not None:
         meanwhile()
-    whole = _count_here(cache, cache_name, spans, options, jobs.update, taken)
+    # Note [Counting from the parts, job by job]: what the others hand
+    # over is taken between runs.
+    between = None if taken is None else partial(counters.readers.take, False)
+    whole = _count_here(cache, cache_name, spans, options, jobs.update, taken, between)
     del spans
     if counters is not None:
         whole = counters.take(jobs) and whole
@@ -569,13 +574,14 @@ def _runs_of(places) -> List[tuple]:
     return runs
 
 
-def _count_here(cache, cache_name, spans, options, hand_over, taken=None) -> bool:
+def _count_here(cache, cache_name, spans, options, hand_over, taken=None, between=None) -> bool:
     """Counts the parts at `spans` (in group order; an array("q") or its
     bytes), a run of whole groups at a time (every run, or those it takes
     where `taken` counts the runs the processes took: TakenItems), and
     hands finished jobs' parts to `hand_over` once there are
-    JOBS_PER_HAND_OVER and at the end; False, at the first part that is
-    missing, in a log that is gone or not as its CRC says."""
+    JOBS_PER_HAND_OVER and at the end; `between()` runs after each run;
+    False, at the first part that is missing, in a log that is gone or not
+    as its CRC says."""
     # A view, not a copy: every process holds all the parts' places.
     places = spans if isinstance(spans, array) else memoryview(spans).cast("q")
     totals = FleetTotals(*options)
@@ -598,6 +604,8 @@ def _count_here(cache, cache_name, spans, options, hand_over, taken=None) -> boo
                 del loaded
             if len(totals.jobs) >= JOBS_PER_HAND_OVER:
                 hand_over(finished_jobs(totals))
+            if between is not None:
+                between()
         hand_over(finished_jobs(totals))
         return True
     finally:
