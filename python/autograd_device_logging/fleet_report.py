@@ -449,8 +449,8 @@ def _read(directory, directory_fd, todo: list, workers, totals, sink, shown, log
 # the report (Note [A job's part of the report], fleet_totals.py), with its
 # JSON line, is made there too and handed over every JOBS_PER_HAND_OVER
 # jobs, which this process takes between its own runs (taken once it was
-# done, the last 4,600 jobs of a re-run at 10^6 records took 0.017 s to
-# load after every count): the parent only assembles. Counting while reading, in the order the
+# done, the 4,600 jobs the other counted in a re-run at 10^6 records took
+# 0.017 s to load after all the counting): the parent only assembles. Counting while reading, in the order the
 # directory lists (no order of jobs), made and merged a job's counts about
 # once per record and left the summaries and lines to one process: 13 of a
 # cold run's 18 s at 10^6 records on 2 cores went to reading, 3 to the
