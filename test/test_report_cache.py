@@ -13,6 +13,7 @@ import importlib
 import io
 import json
 import marshal
+import math
 import os
 import random
 import stat
@@ -1361,6 +1362,44 @@ class TestCompiledFileReading(TestCase):
         for how, changed in variants.items():
             outcomes = self.assembled_both_ways({**jobs, **changed}, None)
             self.assertEqual(outcomes[0], outcomes[1], how)
+
+    def test_a_column_sorted_in_compiled_code_is_pythons(self):
+        # Note [A column of votes sorted in compiled code]: the objects
+        # sorted() gives, in its order (equal values as they came: 0.0 and
+        # -0.0, the same value twice); None where Python must sort.
+        sorted_column = report.fleet_totals.sorted_column
+        if sorted_column is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        rng = random.Random(17)
+        values = [rng.choice([0.0, -0.0, 1.5, -math.inf, math.inf]) for _ in range(50)]
+        values += [rng.uniform(-100, 100) for _ in range(500)]
+        values += [float(rng.randrange(5)) for _ in range(200)]
+        rng.shuffle(values)
+        rows = [(value, i, rng.random()) for i, value in enumerate(values)]
+        for index in (0, 2):
+            made = sorted_column(rows, index)
+            expected = sorted(row[index] for row in rows)
+            self.assertEqual(list(map(id, made)), list(map(id, expected)))
+        self.assertEqual(sorted_column([], 0), [])
+        for how, (bad, index) in {
+            "an int": (rows + [(3, 0, 0.0)], 0),
+            "NaN": (rows + [(math.nan, 0, 0.0)], 0),
+            "a row too short": (rows + [(1.0,)], 2),
+            "a list for a row": (rows + [[1.0, 0, 0.0]], 0),
+            "a float subclass": (rows + [(type("F", (float,), {})(1.0), 0, 0.0)], 0),
+            "an index below 0": (rows, -1),
+        }.items():
+            self.assertIsNone(sorted_column(bad, index), how)
+        with self.assertRaises(TypeError):
+            sorted_column(tuple(rows), 0)
+        # over_jobs_of the same with it or without.
+        per_class = {"single_accelerator": [(v, 1, 1, 64, -v) for v in values[:301]]}
+        classes = report.fleet_totals.CLASSES
+        cost_statistics = report.cost_statistics
+        self.assertEqual(
+            json.dumps(cost_statistics.over_jobs_of(per_class, classes, sorted_column)),
+            json.dumps(cost_statistics.over_jobs_of(per_class, classes)),
+        )
 
     @staticmethod
     def random_parts(rng, light, agent_keys, count):

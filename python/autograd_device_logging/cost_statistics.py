@@ -11,7 +11,7 @@ import functools
 import math
 from array import array
 from operator import itemgetter
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 # The level the report asks of every interval.
 LEVEL = 0.95
@@ -226,16 +226,26 @@ def over_jobs(job_summaries: List[dict], classes: Sequence[str]) -> Optional[dic
     return over_jobs_of(per_class, classes)
 
 
-def over_jobs_of(per_class: Dict[str, List[tuple]], classes: Sequence[str]) -> Optional[dict]:
+def over_jobs_of(
+    per_class: Dict[str, List[tuple]],
+    classes: Sequence[str],
+    sorted_column: Optional[Callable[[list, int], Optional[list]]] = None,
+) -> Optional[dict]:
     """over_jobs, of each class's jobs as (median_percent, processes, ranks,
-    pairs, median_difference_ms)."""
+    pairs, median_difference_ms); `sorted_column(costs, i)`, where given,
+    sorts the i-th of each (or gives None: sorted here)."""
+
+    def column(costs: List[tuple], i: int) -> list:
+        made = None if sorted_column is None else sorted_column(costs, i)
+        return sorted(map(itemgetter(i), costs)) if made is None else made
+
     known = [c for c in classes if c in per_class]
     out = {}
     for device_class in known + sorted(set(per_class) - set(known)):
         costs = per_class[device_class]
         # Sorted once: median() and median_interval() sort a sorted list in
         # one pass.
-        estimates = sorted(map(itemgetter(0), costs))
+        estimates = column(costs, 0)
         out[device_class] = {
             "median_percent": median(estimates),
             "interval": median_interval(estimates, "jobs"),
@@ -244,7 +254,7 @@ def over_jobs_of(per_class: Dict[str, List[tuple]], classes: Sequence[str]) -> O
             "processes": sum(map(itemgetter(1), costs)),
             "ranks": sum(map(itemgetter(2), costs)),
             "pairs": sum(map(itemgetter(3), costs)),
-            "median_difference_ms": median(sorted(map(itemgetter(4), costs))),
+            "median_difference_ms": median(column(costs, 4)),
         }
     return out or None
 

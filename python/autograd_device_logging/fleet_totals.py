@@ -26,9 +26,9 @@ from .record_fields import (
 )
 
 try:
-    from ._record_files import count_records, cross_jobs, kept_lines, sum_lights
+    from ._record_files import count_records, cross_jobs, kept_lines, sorted_column, sum_lights
 except ImportError:  # Note [Reading the files in compiled code], file_index.py
-    count_records = cross_jobs = kept_lines = sum_lights = None
+    count_records = cross_jobs = kept_lines = sorted_column = sum_lights = None
 
 ALL_JOBS = "(all jobs)"
 
@@ -645,7 +645,9 @@ class Assembled:
             "processes_counting_passes": counting,
             "torch": sorted(torch),
             "left_out": dict(sorted(left_out.items())),
-            "threading_cost": over_jobs_of(per_class, CLASSES),
+            # Note [A column of votes sorted in compiled code],
+            # report_assembly.cpp
+            "threading_cost": over_jobs_of(per_class, CLASSES, sorted_column),
         }
 
     def summary(self, job: str) -> dict:

@@ -265,6 +265,14 @@ PyMethodDef kMethods[] = {
      METH_FASTCALL,
      "sum_lights(jobs, order, no_counts, no_passes) -> (processes, ranks, "
      "processes_with, passes, counting, torch, left_out, per_class)"},
+    {"sorted_column",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::sorted_column)),
+     METH_FASTCALL,
+     "sorted_column(rows, index) -> list or None\n"
+     "\n"
+     "sorted(row[index] for row in rows), or None where a value is no\n"
+     "exact float or is NaN."},
     {"kept_lines",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::kept_lines)),

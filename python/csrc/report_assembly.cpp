@@ -6,6 +6,7 @@
 #include <Python.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <unordered_map>
@@ -861,6 +862,60 @@ PyObject* sum_lights(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
   }
   return sum_lights_in_python_numbers(args, nargs);
+}
+
+// Note [A column of votes sorted in compiled code]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The threading cost over jobs (cost_statistics.over_jobs_of) sorts two
+// columns of the jobs' votes, 55,000 floats each at 10^6 records: in
+// Python, an itemgetter call per vote and a comparison through each
+// float's object, 11 ms a column on this project's 2-core machine.
+// sorted_column sorts the column's values as doubles beside their objects,
+// stably, and gives the objects in that order: the list sorted() gives.
+// It gives None (and the caller sorts in Python) where a row is no tuple
+// long enough or a value is no exact float, or is NaN, which orders
+// nothing.
+PyObject* sorted_column(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyList_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "sorted_column(rows: list, index: int)");
+    return nullptr;
+  }
+  PyObject* rows = args[0];
+  const Py_ssize_t index = PyLong_AsSsize_t(args[1]);
+  if (index == -1 && PyErr_Occurred()) {
+    return nullptr;
+  }
+  try {
+    std::vector<std::pair<double, PyObject*>> column;
+    column.reserve(size_t(PyList_GET_SIZE(rows)));
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rows); ++i) {
+      PyObject* row = PyList_GET_ITEM(rows, i);
+      if (!PyTuple_CheckExact(row) || index < 0 ||
+          PyTuple_GET_SIZE(row) <= index) {
+        Py_RETURN_NONE;
+      }
+      PyObject* value = PyTuple_GET_ITEM(row, index);
+      if (!PyFloat_CheckExact(value) || std::isnan(PyFloat_AS_DOUBLE(value))) {
+        Py_RETURN_NONE;
+      }
+      column.emplace_back(PyFloat_AS_DOUBLE(value), value);
+    }
+    std::stable_sort(
+        column.begin(), column.end(), [](const auto& a, const auto& b) {
+          return a.first < b.first;
+        });
+    PyObject* out = PyList_New(Py_ssize_t(column.size()));
+    if (out == nullptr) {
+      return nullptr;
+    }
+    for (size_t i = 0; i < column.size(); ++i) {
+      Py_INCREF(column[i].second);
+      PyList_SET_ITEM(out, Py_ssize_t(i), column[i].second);
+    }
+    return out;
+  } catch (const std::bad_alloc&) {
+    return PyErr_NoMemory();
+  }
 }
 
 } // namespace autograd_device_logging_report

@@ -18,5 +18,9 @@ PyObject* cross_jobs(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // Assembled._everything makes them.
 PyObject* sum_lights(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* kept_lines(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// sorted_column(rows, index) -> list or None: sorted(row[index] for row in
+// rows) where each is an exact float and none is NaN (Note [A column of
+// votes sorted in compiled code]).
+PyObject* sorted_column(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
 } // namespace autograd_device_logging_report
