@@ -438,25 +438,25 @@ def _read(directory, directory_fd, todo: list, workers, totals, sink, shown, log
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # Where the cache keeps the records' parts (Note [A record's part, kept],
 # report_cache.py), reading only decodes: each reading process appends its
-# records' parts to its log and hands over their index entries, and no
-# record is counted while it is read. Then every record of the jobs to
-# count (all of them on a first run; on a re-run, those of the jobs that
-# changed: Note [A re-run reads the jobs that changed]) is counted from its
-# part, in group order (file_index.group_ordered: a job's parts together,
-# each log read forwards), by as many processes as read, each taking a run
-# of whole groups. So a job's counts are made at once, in one process,
-# while they are in the processor's cache, and each finished job's part of
-# the report (Note [A job's part of the report], fleet_totals.py), with its
-# JSON line, is made there too and handed over every JOBS_PER_HAND_OVER
-# jobs, which this process takes between its own runs (taken once it was
-# done, the 4,600 jobs the other counted in a re-run at 10^6 records took
-# 0.017 s to load after all the counting): the parent only assembles. Counting while reading, in the order the
-# directory lists (no order of jobs), made and merged a job's counts about
-# once per record and left the summaries and lines to one process: 13 of a
-# cold run's 18 s at 10^6 records on 2 cores went to reading, 3 to the
+# records' parts to its log and hands over their index entries, and no record
+# is counted while it is read. Then every record of the jobs to count (all of
+# them on a first run; on a re-run, those of the jobs that changed:
+# Note [A re-run reads the jobs that changed]) is counted from its part, in
+# group order (file_index.group_ordered: a job's parts together, each log read
+# forwards), by as many processes as read, each taking a run of whole groups.
+# So a job's counts are made at once, in one process, while they are in the
+# processor's cache, and each finished job's part of the report
+# (Note [A job's part of the report], fleet_totals.py), with its JSON line, is
+# made there too and handed over every JOBS_PER_HAND_OVER jobs, which this
+# process takes between its own runs (taken once it was done, the 4,600 jobs
+# the other counted in a re-run at 10^6 records took 0.017 s to load after all
+# the counting): the parent only assembles. Counting while reading, in the
+# order the directory lists (no order of jobs), made and merged a job's counts
+# about once per record and left the summaries and lines to one process: 13 of
+# a cold run's 18 s at 10^6 records on 2 cores went to reading, 3 to the
 # parent's tail. Without the cache (or where its folder cannot be written),
-# the records are counted as they are read, as before. A part missing or
-# not as its CRC says makes the report start again from the files alone
+# the records are counted as they are read, as before. A part missing or not
+# as its CRC says makes the report start again from the files alone
 # (assemble_directory), with one line.
 JOBS_PER_HAND_OVER = 1000
 # Parts loaded at a time (then up to the end of a group).
