@@ -46,6 +46,23 @@ PyObject* item_of(PyObject* kept, Py_ssize_t i) {
   return PyTuple_GET_ITEM(kept, i);
 }
 
+// The light of `job`'s part in `jobs` (borrowed), or `no_counts` where it
+// counted no process; nullptr with an exception set where `jobs` has no
+// part of it, or not a KeptJob.
+PyObject* light_of_job(PyObject* jobs, PyObject* job, PyObject* no_counts) {
+  PyObject* kept = PyDict_GetItemWithError(jobs, job);
+  if (kept == nullptr) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetObject(PyExc_KeyError, job);
+    }
+    return nullptr;
+  }
+  PyObject* summary = item_of(kept, 0);
+  return summary == nullptr ? nullptr
+      : summary == Py_None  ? no_counts
+                            : item_of(kept, 5);
+}
+
 // *total += value (a new reference replaces the old); false with an
 // exception set.
 bool add_to(Ref& total, PyObject* value) {
@@ -233,18 +250,7 @@ void sum_lights_fast(
   }
   const auto give_up = [&out]() { out.gave_up = true; };
   for (Py_ssize_t j = 0; j < PyList_GET_SIZE(order); ++j) {
-    PyObject* job = PyList_GET_ITEM(order, j);
-    PyObject* kept = PyDict_GetItemWithError(jobs, job);
-    if (kept == nullptr) {
-      if (!PyErr_Occurred()) {
-        PyErr_SetObject(PyExc_KeyError, job);
-      }
-      return;
-    }
-    PyObject* summary = item_of(kept, 0);
-    PyObject* light = summary == nullptr ? nullptr
-        : summary == Py_None             ? no_counts
-                                         : item_of(kept, 5);
+    PyObject* light = light_of_job(jobs, PyList_GET_ITEM(order, j), no_counts);
     if (light == nullptr) {
       return;
     }
@@ -774,18 +780,7 @@ PyObject* sum_lights_in_python_numbers(
     return nullptr;
   }
   for (Py_ssize_t j = 0; j < PyList_GET_SIZE(order); ++j) {
-    PyObject* job = PyList_GET_ITEM(order, j);
-    PyObject* kept = PyDict_GetItemWithError(jobs, job);
-    if (kept == nullptr) {
-      if (!PyErr_Occurred()) {
-        PyErr_SetObject(PyExc_KeyError, job);
-      }
-      return nullptr;
-    }
-    PyObject* summary = item_of(kept, 0);
-    PyObject* light = summary == nullptr ? nullptr
-        : summary == Py_None             ? no_counts
-                                         : item_of(kept, 5);
+    PyObject* light = light_of_job(jobs, PyList_GET_ITEM(order, j), no_counts);
     if (light == nullptr) {
       return nullptr;
     }
