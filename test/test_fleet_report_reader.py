@@ -10,6 +10,7 @@ tests write nothing into the checkout.
 
 import atexit
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -1182,9 +1183,10 @@ class TestCompiledRecordFields(TestCase):
             self.assertEqual(got, expected, left)
 
 
+@functools.lru_cache(maxsize=None)
 def _libc():
     """libc through ctypes, with mmap's, mincore's, mlock's and munmap's
-    argument types."""
+    argument types (loaded once: held_in_memory maps hundreds of files)."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
