@@ -265,11 +265,13 @@ class TestReportCache(TestCase):
         # (names and keys, the parts' places aside), reasons and jobs' parts.
         cache_module = report.report_cache
         whole_root = os.path.join(self.tmp.name, "whole")
+        layers = []
 
         def load(root):
             cache = cache_module.ReportCache(self.dir, root)
             names, keys, reasons, jobs = cache.load((None, None, None, False))
             self.assertEqual(cache.problems, [])
+            layers.append(cache.loaded.layers)
             cache.close()
             keys = array.array("q", bytes(keys))
             fields = report.file_index.FIELDS
@@ -289,12 +291,16 @@ class TestReportCache(TestCase):
                 self.whole_report()
             self.assertEqual(load(self.cache_root), load(whole_root))
 
+        # Shares that let the layers grow past the file, Note
+        # [A re-run adds a layer to the changes]: layers that take away what
+        # layers before added, and jobs counted in several.
         with (
-            unittest.mock.patch.object(cache_module, "CHANGES_SHARE", 1),
-            unittest.mock.patch.object(cache_module, "JOB_CHANGES_SHARE", 1),
+            unittest.mock.patch.object(cache_module, "CHANGES_SHARE", 0.25),
+            unittest.mock.patch.object(cache_module, "JOB_CHANGES_SHARE", 0.1),
         ):
-            written = self.random_changes(rounds=8, after_each=whole_too)
-        self.assertGreaterEqual(written["changes"], 5, written)
+            written = self.random_changes(rounds=10, after_each=whole_too)
+        self.assertGreaterEqual(written["changes"], 6, written)
+        self.assertGreaterEqual(max(layers), 4, layers)
 
     def whole_report(self):
         """A report that writes the cache's whole file, as one whose changes
@@ -375,18 +381,45 @@ class TestReportCache(TestCase):
         self.reports()
         self.assertEqual(self.what_was_written(), "whole")
 
-    def test_positions_gone_from_a_file(self):
-        # gone_from_file against the positions counted out one by one.
+    def test_changes_of_many_layers_are_written_whole(self):
+        # Note [The cache's changes]: a re-run adds a layer to the changes
+        # (Note [A re-run adds a layer to the changes]) until there are
+        # MOST_LAYERS; the next writes the file anew. (Jobs changed in all
+        # may be many here.)
+        for i in range(40):
+            self.write(f"r{i}.json")
+        self.reports()
+        self.assertEqual(self.what_was_written(), "whole")
+        cache_module = report.report_cache
+        with (
+            unittest.mock.patch.object(cache_module, "MOST_LAYERS", 3),
+            unittest.mock.patch.object(cache_module, "JOB_CHANGES_SHARE", 0.01),
+        ):
+            for layers in (1, 2, 3):
+                self.rewrite_in_place(f"r{layers}.json")
+                cached, fresh = self.reports()
+                self.assertEqual(cached, fresh)
+                self.assertEqual(self.what_was_written(), "changes")
+                cache = self.cache()
+                cache.load((None, None, None, False))
+                self.assertEqual(cache.loaded.layers, layers)
+                cache.close()
+            self.rewrite_in_place("r4.json")
+            cached, fresh = self.reports()
+            self.assertEqual(cached, fresh)
+            self.assertEqual(self.what_was_written(), "whole")
+
+    def test_positions_newly_gone_among_all_entries(self):
+        # newly_gone against the positions counted out one by one.
         rng = random.Random(3)
-        gone_from_file = report.report_cache.gone_from_file
+        newly_gone = report.report_cache.newly_gone
         for _ in range(300):
             size = rng.randrange(0, 40)
             gone = sorted(rng.sample(range(size), rng.randrange(0, size + 1)))
             kept = [i for i in range(size) if i not in gone]
             now = sorted(rng.sample(range(len(kept)), rng.randrange(0, len(kept) + 1)))
-            expected = sorted(gone + [kept[k] for k in now])
-            got = gone_from_file(array.array("q", gone), iter(now))
-            self.assertEqual(list(got), expected, (gone, now))
+            got = newly_gone(array.array("q", gone), iter(now))
+            self.assertEqual(list(got), [kept[k] for k in now], (gone, now))
 
     def test_a_file_rewritten_in_place_with_the_same_size_is_read_again(self):
         # The key's mtime alone tells this change (a mutation that leaves it
