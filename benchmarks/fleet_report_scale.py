@@ -604,7 +604,7 @@ def main():
     compile_bytecode()
     rows = []
     duckdb_version = None
-    profiled = profiled_warm = dropped = spread = bars = None
+    profiled = profiled_warm = dropped = spread = spreads = bars = None
     machine = []
     for size in args.sizes:
         work = tempfile.mkdtemp(prefix=f"adl-fleet-{size}-")
@@ -650,7 +650,13 @@ def main():
                     if warm_runs[-1][2] != after[2]:
                         sys.exit("the report from the cache differs from a fresh read")
                 if largest:
-                    spread = warm_spread_runs(work, directory, cores, after[2])
+                    spread = spread_runs(
+                        work,
+                        directory,
+                        cores,
+                        os.path.join(work, f"cache-{cores}-0-kept"),
+                        after[2],
+                    )
                 if size == max(args.sizes) and cores == 1:
                     cache = os.path.join(work, "cache-profiled")
                     shutil.copytree(os.path.join(work, f"cache-{cores}-0-kept"), cache)
@@ -664,17 +670,18 @@ def main():
                     if duck_runs[-1][2] != duck_counts_of(report):
                         sys.exit("DuckDB's per-job counts differ from the report's")
                     duck = summary(duck_runs)
-                next_day, next_day_dropped = next_day_runs(
-                    work, directory, cores, args.repeat, dropped=largest
+                next_day, next_day_dropped, next_day_spread = next_day_runs(
+                    work, directory, cores, args.repeat, largest=largest
                 )
                 if largest:
                     dropped = (cores, summary(cold_dropped), summary(next_day_dropped))
+                    spreads = (spread, next_day_spread)
                     # The seconds of every run the bars are judged on.
                     bars = (
                         cores,
                         [r[0] for r in cold],
                         [r[0] for r in warm_runs] + [seconds for seconds, _ in spread],
-                        [r[0] for r in next_day],
+                        [r[0] for r in next_day] + [seconds for seconds, _ in next_day_spread],
                     )
                 row = (
                     size,
@@ -690,16 +697,27 @@ def main():
                 rows.append(row)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    write(args, rows, duckdb_version, profiled, profiled_warm, machine, dropped, spread, bars)
+    write(
+        args,
+        rows,
+        duckdb_version,
+        profiled,
+        profiled_warm,
+        machine,
+        dropped,
+        spreads,
+        bars,
+    )
     return 0
 
 
-def next_day_runs(work, directory, cores, repeat, dropped=False):
+def next_day_runs(work, directory, cores, repeat, largest=False):
     """The warm run's next day: another 1% of the records replaced, then
     each run from its own copy of the cache the first warm run left (its
     file and the changes since: Note [The cache's changes]), checked equal
-    to a fresh read; and with `dropped`, as many again with the cache's
-    files dropped from the page cache first (else none)."""
+    to a fresh read; and with `largest`, as many again with the cache's
+    files dropped from the page cache first, and the spread's runs
+    (spread_runs), else none of either."""
     kept = os.path.join(work, "next-day-kept")
     shutil.copytree(os.path.join(work, f"cache-{cores}-0"), kept)
     if not any(n.endswith(".changes") for _, _, names in os.walk(kept) for n in names):
@@ -716,7 +734,10 @@ def next_day_runs(work, directory, cores, repeat, dropped=False):
         runs.append(warmed(directory, report_run, cores, cache))
         if runs[-1][2] != after[2]:
             sys.exit("the next day's report from the cache differs from a fresh read")
-    for r in range(repeat if dropped else 0):
+    spread = []
+    if largest:
+        spread = spread_runs(work, directory, cores, kept, after[2])
+    for r in range(repeat if largest else 0):
         # A day later, the page cache may hold none of the cache's files
         # (Note [A run's parts not in memory are asked for at once]).
         cache = os.path.join(work, f"cache-{cores}-{r}")
@@ -731,21 +752,21 @@ def next_day_runs(work, directory, cores, repeat, dropped=False):
         if out_of_memory[-1][2] != after[2]:
             sys.exit("the next day's report from a cache out of memory differs from a fresh read")
     shutil.rmtree(kept)
-    return runs, out_of_memory
+    return runs, out_of_memory, spread
 
 
-# Warm runs of the largest fleet beyond the table's, from copies of the same
-# cache: the spread of a warm run, with the machine's own floor right before
-# each (Note [A time bar is judged on the median run]).
+# Warm and next-day runs of the largest fleet beyond the table's, from copies
+# of the same cache: the spread of a re-run, with the machine's own floor
+# right before each (Note [A time bar is judged on the median run]).
 SPREAD_RUNS = 12
 
 
-def warm_spread_runs(work, directory, cores, expected):
-    """SPREAD_RUNS warm runs, each from its own copy of the cache the cold run
-    left (kept before the table's warm runs), each checked equal to
-    `expected`, and each right after stat_floor() of the same files: (the
-    run's wall seconds, the floor's seconds or None where the package was
-    not built) of each, in the order they ran."""
+def spread_runs(work, directory, cores, kept, expected):
+    """SPREAD_RUNS re-runs, each from its own copy of the cache `kept`
+    (what the run before left), each checked equal to `expected`, and each
+    right after stat_floor() of the same files: (the run's wall seconds,
+    the floor's seconds or None where the package was not built) of each,
+    in the order they ran."""
     sys.path.insert(0, PACKAGE_ROOT)
     import collections
 
@@ -758,14 +779,14 @@ def warm_spread_runs(work, directory, cores, expected):
         runs = []
         for _ in range(SPREAD_RUNS):
             shutil.rmtree(cache, ignore_errors=True)
-            shutil.copytree(os.path.join(work, f"cache-{cores}-0-kept"), cache)
+            shutil.copytree(kept, cache)
             warm(directory)
             floor = None
             if file_index.list_and_check is not None:
                 floor = stat_floor(fd, listed, cores)
             run = report_run(directory, cores, cache)
             if run[2] != expected:
-                sys.exit("a warm run of the spread differs from a fresh read")
+                sys.exit("a re-run of the spread differs from a fresh read")
             runs.append((run[0], floor))
     finally:
         os.close(fd)
@@ -838,8 +859,39 @@ def duck_counts_of(report):
     ]
 
 
+def spread_lines(label, spread):
+    """The doc's paragraphs of the spread's runs `spread` (spread_runs) of
+    the warm or the next day's run (`label`)."""
+    seconds = sorted(t for t, _ in spread)
+    over = sum(t > TARGET_WARM_SECONDS for t in seconds)
+    lines = [
+        "",
+        f"**{label}, {len(spread)} runs more** of the largest fleet on its most cores "
+        "(`spread_runs()` in the script), each from a copy of the same cache and "
+        "checked equal to a fresh read: median "
+        f"{statistics.median(seconds):.2f} s, fastest {seconds[0]:.2f} s, slowest "
+        f"{seconds[-1]:.2f} s; {over} of {len(seconds)} over {TARGET_WARM_SECONDS:.0f} s.",
+    ]
+    floor_seconds = [floor for _, floor in spread if floor is not None]
+    if len(floor_seconds) == len(spread):
+        above = sorted(t - floor for t, floor in spread)
+        correlation = statistics.correlation([t for t, _ in spread], floor_seconds)
+        lines += [
+            "",
+            "Right before each, the machine's own floor for it: listing the files while a "
+            "thread per core stats each (`stat_floor()`), as the run's scan does. In the "
+            f"order they ran, run and floor: "
+            + ", ".join(f"{t:.2f}/{floor:.2f}" for t, floor in spread)
+            + f" s. The floor moved from {min(floor_seconds):.2f} to "
+            f"{max(floor_seconds):.2f} s; the run less its floor from {above[0]:.2f} to "
+            f"{above[-1]:.2f} s (median {statistics.median(above):.2f} s); Pearson's "
+            f"correlation of run and floor over the {len(spread)}: {correlation:.2f}.",
+        ]
+    return lines
+
+
 def write(
-    args, rows, duckdb_version, profiled, profiled_warm, machine, dropped, spread=None, bars=None
+    args, rows, duckdb_version, profiled, profiled_warm, machine, dropped, spreads=None, bars=None
 ):
     try:
         import msgspec
@@ -926,37 +978,13 @@ def write(
             f"and {TARGET_MB:.0f} MB, judged on {cold_judged} and its highest peak, "
             f"{cold[3]:.0f} MB: " + ("met" if cold_met else "MISSED") + "; warm at most "
             f"{TARGET_WARM_SECONDS:.0f} s, judged on every warm run (the table's and the "
-            f"{len(spread or [])} below), {warm_judged}: "
+            f"{len(spreads[0])} below), {warm_judged}: "
             + ("met" if warm_met else "MISSED")
-            + f"; and the next day, judged on {next_judged}: "
-            + ("met." if next_met else "MISSED."),
+            + f"; and the next day, judged likewise on every next day's run (the table's and "
+            f"the {len(spreads[1])} below), {next_judged}: " + ("met." if next_met else "MISSED."),
         ]
-    if spread:
-        seconds = sorted(t for t, _ in spread)
-        over = sum(t > TARGET_WARM_SECONDS for t in seconds)
-        lines += [
-            "",
-            f"**Warm, {len(spread)} runs more** of the largest fleet on its most cores "
-            "(`warm_spread_runs()` in the script), each from a copy of the same cache and "
-            "checked equal to a fresh read: median "
-            f"{statistics.median(seconds):.2f} s, fastest {seconds[0]:.2f} s, slowest "
-            f"{seconds[-1]:.2f} s; {over} of {len(seconds)} over {TARGET_WARM_SECONDS:.0f} s.",
-        ]
-        floor_seconds = [floor for _, floor in spread if floor is not None]
-        if len(floor_seconds) == len(spread):
-            above = sorted(t - floor for t, floor in spread)
-            correlation = statistics.correlation([t for t, _ in spread], floor_seconds)
-            lines += [
-                "",
-                "Right before each, the machine's own floor for it: listing the files while a "
-                "thread per core stats each (`stat_floor()`), as the run's scan does. In the "
-                f"order they ran, run and floor: "
-                + ", ".join(f"{t:.2f}/{floor:.2f}" for t, floor in spread)
-                + f" s. The floor moved from {min(floor_seconds):.2f} to "
-                f"{max(floor_seconds):.2f} s; the run less its floor from {above[0]:.2f} to "
-                f"{above[-1]:.2f} s (median {statistics.median(above):.2f} s); Pearson's "
-                f"correlation of run and floor over the {len(spread)}: {correlation:.2f}.",
-            ]
+    for label, spread in zip(("Warm", "Next day"), spreads or ()):
+        lines += spread_lines(label, spread)
     if dropped:
         cores, runs, next_day_runs_dropped = dropped
         next_day = [r[6] for r in rows if r[0] == max(args.sizes) and r[2] == cores][0]
