@@ -829,6 +829,7 @@ class TestCompiledFileReading(TestCase):
             "changed_groups",
             "names_in",
             "unchanged_entries",
+            "keep_unchanged_in_place",
             "spans_in",
             "in_group_order",
             "part_logs",
@@ -1199,6 +1200,8 @@ class TestCompiledFileReading(TestCase):
                 again_unchanged = bytearray(unchanged)
                 again = index.names_of(names, keys, again_unchanged, some)
                 kept = index.unchanged_entries_of(names, keys, again_unchanged)
+                kept_in_place = bytearray(names), array.array("q", keys)
+                index.keep_unchanged_only(*kept_in_place, again_unchanged)
                 # Two groups of jobs with unchanged entries.
                 chosen = set(
                     sorted(
@@ -1221,6 +1224,7 @@ class TestCompiledFileReading(TestCase):
                     again,
                     bytes(again_unchanged),
                     kept,
+                    kept_in_place,
                     index.spans_of(names, keys, again_unchanged, chosen),
                     index.spans_of(names, keys, again_unchanged, None),
                     shuffled,
@@ -1255,6 +1259,35 @@ class TestCompiledFileReading(TestCase):
         self.assertIn(b"r2.json", listed)
         self.assertEqual(unchanged.count(0), 2)
         self.assertTrue(outcomes[True][5])
+
+    def test_entries_gone_are_left_out_in_place_as_python_leaves_them(self):
+        # Note [The entries gone are left out in place]: runs of entries
+        # kept and gone of every length, the first and the last gone or
+        # not, compiled and in Python, each against the entries kept counted
+        # out one by one.
+        index = report.file_index
+        if index.keep_unchanged_in_place is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        rng = random.Random(11)
+        fields = index.FIELDS
+        for case in range(200):
+            size = rng.randrange(0, 60)
+            names = [b"n%d-" % i + b"x" * rng.randrange(0, 12) for i in range(size)]
+            keys = [[rng.randrange(-(2**63), 2**63) for _ in range(fields)] for _ in range(size)]
+            share = rng.random()
+            flags = bytearray(rng.random() < share for _ in range(size))
+            expected = (
+                b"".join(n + b"/" for n, f in zip(names, flags) if f),
+                [v for k, f in zip(keys, flags) if f for v in k],
+            )
+            for compiled in (True, False):
+                with self.compiled(compiled):
+                    got_names = bytearray(b"".join(n + b"/" for n in names))
+                    got_keys = array.array("q", [v for k in keys for v in k])
+                    index.keep_unchanged_only(got_names, got_keys, flags)
+                self.assertEqual((bytes(got_names), list(got_keys)), expected, (case, compiled))
+        with self.assertRaises(ValueError):
+            index.keep_unchanged_in_place(bytearray(b"a/b/"), array.array("q"), bytearray(2))
 
     def test_parts_are_put_in_group_order_as_python_puts_them(self):
         # Note [What is in order already is merged]: whatever part of the

@@ -17,6 +17,7 @@ try:
     from ._record_files import (
         changed_groups,
         in_group_order,
+        keep_unchanged_in_place,
         list_and_check,
         names_in,
         pack_entries,
@@ -29,6 +30,7 @@ try:
 except ImportError:  # Note [Reading the files in compiled code]
     changed_groups = names_in = part_logs = read_files = scan_directory = None
     in_group_order = list_and_check = pack_entries = spans_in = unchanged_entries = None
+    keep_unchanged_in_place = None
 
 # A file's key (Note [The report's cache], report_cache.py).
 Key = Tuple[int, int, int]
@@ -323,6 +325,21 @@ def unchanged_entries_of(names: bytes, keys: array, unchanged: bytearray) -> Tup
             kept_names += b"/"
             kept.extend(keys[FIELDS * i : FIELDS * (i + 1)])
     return bytes(kept_names), kept.tobytes()
+
+
+def keep_unchanged_only(names: bytearray, keys: array, unchanged: bytearray) -> None:
+    """Leaves only the unchanged entries in the index `names` and `keys`,
+    in place (Note [The entries gone are left out in place],
+    file_index.cpp)."""
+    if keep_unchanged_in_place is not None:
+        length, entries = keep_unchanged_in_place(names, keys, unchanged)
+    else:
+        kept_names, kept_keys = unchanged_entries_of(bytes(names), keys, unchanged)
+        length, entries = len(kept_names), len(kept_keys) // (8 * FIELDS)
+        names[:length] = kept_names
+        keys[: entries * FIELDS] = array("q", kept_keys)
+    del names[length:]
+    del keys[entries * FIELDS :]
 
 
 def spans_of(names: bytes, keys: array, unchanged: bytearray, groups: Optional[set]) -> array:

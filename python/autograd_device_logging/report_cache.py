@@ -56,7 +56,7 @@ from array import array
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from . import settings
-from .file_index import FIELDS, SPAN_LENGTH_BITS, unchanged_entries_of
+from .file_index import FIELDS, SPAN_LENGTH_BITS, keep_unchanged_only, unchanged_entries_of
 
 # The layout of the cache's files; a new one starts the cache afresh.
 FORMAT = 4
@@ -694,12 +694,6 @@ class Base:
         self.layers = len(layers)
         self.changes = changes
         self.loaded_jobs = merged
-        # One copy of the file's entries and the layers' together, then
-        # the file's bytes let go before the entries gone are left out.
-        all_names, all_keys = b"".join(names_of), _joined_keys(keys_of)
-        file_names.clear()
-        file_keys.clear()
-        del names_of, keys_of
         flags = bytearray(b"\x01") * whole
         for gone in positions:
             for i in gone:
@@ -708,8 +702,16 @@ class Base:
                     raise ValueError("corrupt")
                 flags[i] = 0
         self.gone = array("q", _zeros(flags, whole))
+        # One copy of the file's entries and the layers' together, then
+        # the file's bytes let go before the entries gone are left out
+        # where they lie (Note [The entries gone are left out in place],
+        # file_index.cpp).
+        all_names, all_keys = bytearray().join(names_of), _joined_keys(keys_of)
+        file_names.clear()
+        file_keys.clear()
+        del names_of, keys_of
         if self.gone:
-            all_names, all_keys = unchanged_entries_of(all_names, all_keys, flags)
+            keep_unchanged_only(all_names, all_keys, flags)
         return all_names, all_keys, reasons, merged
 
 

@@ -40,6 +40,12 @@ PyObject* names_in(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // unchanged_entries(names, keys, unchanged) -> (names, keys) of the
 // unchanged entries.
 PyObject* unchanged_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+// keep_unchanged_in_place(names, keys, unchanged) -> (names' length,
+// entries) of the unchanged entries, moved to the front of the writable
+// names and keys where they lie (Note [The entries gone are left out in
+// place]).
+PyObject*
+keep_unchanged_in_place(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
 // spans_in(names, keys, unchanged, groups) -> (group, part log, part span)
 // of each unchanged entry of `groups` (None: of every job), as int64

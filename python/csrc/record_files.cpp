@@ -224,6 +224,11 @@ PyMethodDef kMethods[] = {
          autograd_device_logging_report::unchanged_entries)),
      METH_FASTCALL,
      "unchanged_entries(names, keys, unchanged) -> (names, keys)"},
+    {"keep_unchanged_in_place",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::keep_unchanged_in_place)),
+     METH_FASTCALL,
+     "keep_unchanged_in_place(names, keys, unchanged) -> (length, entries)"},
     {"spans_in",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::spans_in)),
