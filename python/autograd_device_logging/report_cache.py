@@ -790,8 +790,10 @@ class ChangesWriter:
         added_names = b"".join(self.names)
         added_keys = b"".join(self.keys)
         before = base.loaded_jobs
+        # A job kept may have a part of its own too: another line, made for
+        # the agents that join it now.
         jobs = {job: part for job, part in results.items() if before.get(job) is not part}
-        removed = [job for job in before if job not in results]
+        removed = sorted(before.keys() - results.keys())
         too_many = (
             (base.changed_entries + len(added_keys) // (8 * FIELDS)) * CHANGES_SHARE > base.entries
             or (len(base.gone) + len(gone)) * CHANGES_SHARE > base.entries
