@@ -755,7 +755,10 @@ def newly_gone(gone: array, now_gone: Iterator[int]) -> array:
 # re-run writes the changes file's bytes as load() mapped them (the layers
 # before, never decoded again) and adds one layer of its own: the positions
 # gone since, the entries of the files it read, and the parts of the jobs
-# it counted. What was written stays as it was; MOST_LAYERS and the shares
+# whose parts are new (counted again, or kept with a new line). On that
+# second day, marshal took 0.049 s for the layer against 0.083 s for all
+# the changes; writing the bytes before costs a copy in the kernel. What was
+# written stays as it was; MOST_LAYERS and the shares
 # of Note [The cache's changes] bound what a load applies.
 
 

@@ -1113,12 +1113,13 @@ unchanged_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // report_cache.py) joins the file's entries and the changes' into one
 // index, then leaves out the entries gone: a few thousand of a million.
 // unchanged_entries made the index again in new bytes objects, and the
-// keys then into an array: 200 MB of fresh memory at 10^6 entries where
-// one index is 80, and fresh memory is what a virtual machine pays for
-// most. So the joined index, a bytearray and an array of the load's own,
-// is compacted where it lies: each run of entries kept moves forward over
-// the entries gone before it, and the caller cuts the buffers to the
-// lengths this gives.
+// keys then into an array: fresh memory, which a virtual machine pays for
+// by the page. Loading the next day's cache at 10^6 records (1% replaced
+// each day) faulted in 95,000 pages and took 0.41-0.44 s. So the joined
+// index, a bytearray and an array of the load's own, is compacted where it
+// lies: each run of entries kept moves forward over the entries gone
+// before it, and the caller cuts the buffers to the lengths this gives.
+// The same load: 57,000 pages, 0.32-0.37 s (5 runs each, alternated).
 PyObject*
 keep_unchanged_in_place(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   static const char* const kUsage =
