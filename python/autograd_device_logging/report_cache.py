@@ -600,9 +600,9 @@ def _closed(file) -> None:
 # take away more than 1/CHANGES_SHARE of the file's entries, name more than
 # 1/JOB_CHANGES_SHARE of its jobs in all (counted or gone, a job once per
 # layer), or number more than MOST_LAYERS, the re-run writes the whole file
-# anew and the changes go. A changes file that is corrupt, from another version or
-# unreadable makes the whole cache ignored with one line, as a corrupt file
-# does.
+# anew and the changes go. A changes file that is corrupt, from another
+# version or unreadable makes the whole cache ignored with one line, as a
+# corrupt file does.
 CHANGES_SHARE = 4
 JOB_CHANGES_SHARE = 2
 MOST_LAYERS = 32
@@ -617,7 +617,7 @@ class Base:
     its changes file held (Note [The cache's changes])."""
 
     def __init__(self, name: str, identity: bytes, entries: int, jobs: Dict[str, tuple]):
-        self.name, self.identity, self.entries = name, identity, entries
+        self.name, self.entries = name, entries
         # The file's own jobs' parts (how many: the share of changed jobs).
         self.jobs = jobs
         # The jobs' parts as load() gave them, the layers applied.
@@ -632,10 +632,6 @@ class Base:
         # The entries the layers added, and the jobs they named, in all.
         self.changed_entries = 0
         self.changed_jobs = 0
-
-    @property
-    def kept(self) -> int:
-        return self.entries + self.changed_entries - len(self.gone)
 
     def changed(self, file_names: list, file_keys: list, changes: memoryview) -> State:
         """The state of the file (its names and keys as _parsed gives them,
@@ -812,15 +808,17 @@ class ChangesWriter:
             self.failed = whole.failed
             return
         layer = marshal.dumps((gone.tobytes(), added_names, added_keys, reasons, jobs, removed))
-        layer = len(layer).to_bytes(8, "little") + layer
+        length = len(layer).to_bytes(8, "little")
         folder = self.cache._fd
         try:
             fd = self.cache.create(self.temporary)
             self.made = True
             with open(fd, "wb") as f:
                 f.write(self.cache.tag)
-                f.write(zlib.crc32(layer, zlib.crc32(base.changes)).to_bytes(4, "little"))
+                crc = zlib.crc32(layer, zlib.crc32(length, zlib.crc32(base.changes)))
+                f.write(crc.to_bytes(4, "little"))
                 f.write(base.changes)
+                f.write(length)
                 f.write(layer)
             os.replace(
                 self.temporary, changes_name(self.name), src_dir_fd=folder, dst_dir_fd=folder
