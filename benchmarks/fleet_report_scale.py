@@ -164,7 +164,12 @@ def make_fleet(directory, count):
 
 def warm(directory):
     """Reads every file of `directory` once, so that the timed runs start
-    from the page cache and not from whatever the machine did before."""
+    from the page cache and not from whatever the machine did before: in a
+    process per core through the report's compiled reading, as floors()
+    reads them, where the package was built (10^6 files: 11-13 s read one
+    by one in Python, called before every timed run), else here."""
+    if read_in_processes(directory, os.cpu_count() or 1) is not None:
+        return
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for entry in os.scandir(fd):
@@ -428,6 +433,38 @@ def _read_share(directory, names):
         os.close(fd)
 
 
+def read_in_processes(directory, cores, listed=None):
+    """Seconds to open, read and close every file of `directory` (the
+    names `listed`, file_index.scan's, or its own listing) in a process per
+    core, as a cold run reads them; None where the package was not built."""
+    sys.path.insert(0, PACKAGE_ROOT)
+    import collections
+    import multiprocessing
+
+    from autograd_device_logging import file_index, record_reader
+
+    if file_index.list_and_check is None or record_reader.read_files is None:
+        return None
+    if listed is None:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            listed = file_index.scan(fd, None, collections.Counter())[0]
+        finally:
+            os.close(fd)
+    names = listed.split(b"/")[:-1]
+    shares = [b"".join(n + b"/" for n in names[i::cores]) for i in range(cores)]
+    context = multiprocessing.get_context("fork")
+    start = time.perf_counter()
+    processes = [context.Process(target=_read_share, args=(directory, share)) for share in shares]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    if any(process.exitcode for process in processes):
+        sys.exit(f"reading {directory} in processes failed")
+    return time.perf_counter() - start
+
+
 def floors(directory, cores):
     """What the machine itself takes for `directory`'s files with `cores`
     cores, in the report's compiled code alone: (listing them; listing them
@@ -436,7 +473,6 @@ def floors(directory, cores):
     seconds; None where the package was not built."""
     sys.path.insert(0, PACKAGE_ROOT)
     import collections
-    import multiprocessing
 
     from autograd_device_logging import file_index, record_reader
 
@@ -451,17 +487,8 @@ def floors(directory, cores):
         stats = stat_floor(fd, listed, cores)
     finally:
         os.close(fd)
-    names = listed.split(b"/")[:-1]
-    shares = [b"".join(n + b"/" for n in names[i::cores]) for i in range(cores)]
     warm(directory)
-    context = multiprocessing.get_context("fork")
-    start = time.perf_counter()
-    processes = [context.Process(target=_read_share, args=(directory, share)) for share in shares]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join()
-    reading = time.perf_counter() - start
+    reading = read_in_processes(directory, cores, listed)
     return listing, stats, reading
 
 
