@@ -43,6 +43,7 @@ import zlib
 from array import array
 from collections import Counter
 from functools import partial
+from itertools import chain
 from typing import Dict, Iterator, List, Optional
 
 from .file_index import (
@@ -853,17 +854,22 @@ def _assemble(directory, options, workers, shown, cache, use_index) -> Optional[
             # counting processes have the parts, and they take the runs it
             # has not (Note [Each chunk is read by the first process to take
             # it]).
-            results = _count_parts(
-                cache,
-                cache_name,
-                todo,
-                options,
-                counters,
-                lambda: as_they_were.update(_kept_as_they_were(kept, touched)),
-            )
+            # The logs the unchanged entries name, which the cache's next
+            # state keeps: also needed only once every job is counted.
+            named: set = set()
+
+            def meanwhile() -> None:
+                as_they_were.update(_kept_as_they_were(kept, touched))
+                if names:
+                    named.update(part_logs_of(names, keys, unchanged)[0])
+
+            results = _count_parts(cache, cache_name, todo, options, counters, meanwhile)
             if results is None:
                 cache.remove_logs(cache_name, logs.made, set(), started)
                 return None
+        # The jobs counted now (Note [The jobs whose parts are new],
+        # report_cache.py).
+        counted = results
         if as_they_were is None:
             as_they_were = _kept_as_they_were(kept, touched)
         # Note [The cache keeps the jobs in name order], report_cache.py:
@@ -880,13 +886,13 @@ def _assemble(directory, options, workers, shown, cache, use_index) -> Optional[
                 writer.abandon()
                 cache.remove_logs(cache_name, logs.made, set(), started)
             else:
-                named = logs.made
+                named |= logs.made
                 if names:
-                    named = named | part_logs_of(names, keys, unchanged)[0]
                     writer.carry(names, keys, unchanged)
                 del names, keys, unchanged
                 reasons.update(sink.reasons)
-                writer.finish(reasons, assembled.kept())
+                jobs = assembled.kept()
+                writer.finish(reasons, jobs, chain(counted, assembled.relined))
                 if not writer.failed:
                     cache.remove_logs(cache_name, None, named, started)
             writer = None
@@ -938,17 +944,15 @@ def write_json(report, out) -> None:
     for i, name in enumerate(names):
         if name == "jobs":
             out.write(f"  {encode(name)}: {{\n")
-            # A write per JOBS_PER_WRITE jobs.
+            # A write per JOBS_PER_WRITE jobs, each row joined in C: no
+            # str formatted per job.
             for start in range(0, len(jobs), JOBS_PER_WRITE):
                 end = start + JOBS_PER_WRITE
-                rows = [
-                    f"    {name_of(job)}: {line},\n"
-                    for job, line in zip(jobs[start:end], lines_of(start, end))
-                ]
-                if end >= len(jobs):
-                    # The last job's line without its comma.
-                    rows[-1] = rows[-1][:-2] + "\n"
-                out.write("".join(rows))
+                rows = ",\n    ".join(
+                    map(": ".join, zip(map(name_of, jobs[start:end]), lines_of(start, end)))
+                )
+                # The last job's line without its comma.
+                out.write(f"    {rows}{',' if end < len(jobs) else ''}\n")
             out.write("  }")
         else:
             out.write(f"  {encode(name)}: {encode(fields[name])}")

@@ -214,8 +214,12 @@ class JobTotals:
         """{torch release: [ranks, with each event]}, each rank under the
         newest release of its records."""
         out: Dict[str, List[int]] = defaultdict(_release_row)
-        # A rank's state takes few values: count them once, in C.
-        for state, ranks in Counter(self.ranks.values()).items():
+        # A rank's state takes few values: count them once (a dict, not a
+        # Counter, whose making costs more than counting a job's ranks).
+        states: Dict[int, int] = {}
+        for state in self.ranks.values():
+            states[state] = states.get(state, 0) + 1
+        for state, ranks in states.items():
             row = out[names[state >> 2]]
             row[0] += ranks
             for i, bit in enumerate(EVENT_BITS.values()):
@@ -227,13 +231,10 @@ class JobTotals:
         """The job's summary; `by_release` is ranks_by_release(names)."""
         processes = len(self.ranks)
         with_event = [0] * len(EVENTS)
-        torch: Counter = Counter()
-        for release, row in self.other_releases.items():
+        for row in self.other_releases.values():
             processes += row[0]
-            torch[release] += row[0]
             with_event = [a + b for a, b in zip(with_event, row[1:])]
-        for release, row in by_release.items():
-            torch[release] += row[0]
+        for row in by_release.values():
             with_event = [a + b for a, b in zip(with_event, row[1:])]
         processes_with = dict(zip(EVENTS.values(), with_event))
         passes = dict(zip(CLASSES, self.passes)) if self.counting else None
@@ -251,7 +252,7 @@ class JobTotals:
             "processes_with": processes_with,
             "passes_per_class": passes,
             "processes_counting_passes": self.counting,
-            "torch": sorted(torch),
+            "torch": sorted({*self.other_releases, *by_release}),
             "left_out": dict(sorted(self.left_out.items())),
             "threading_cost": summaries_of(self.costs, CLASSES),
         }
@@ -605,6 +606,9 @@ class Assembled:
         self.everything = self._everything() if self.order else None
         # Each job's line, in order, once kept() made them all.
         self.made: Optional[List[str]] = None
+        # The jobs whose parts line() replaced, their lines made again (Note
+        # [The jobs whose parts are new], report_cache.py).
+        self.relined: List[str] = []
         self.fields = {
             "releases": {
                 release: {
@@ -665,6 +669,7 @@ class Assembled:
             return kept[6]
         line = _encode(self.summary(job))
         self.jobs[job] = (*kept[:6], line, joined, *kept[8:])
+        self.relined.append(job)
         return line
 
     def lines(self, jobs: List[str]) -> List[str]:
