@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import itertools
 import marshal
 import mmap
 import os
@@ -530,12 +529,9 @@ class CacheWriter:
             # The jobs' parts a few thousand at a time: never all of them
             # twice in memory (the cold run's memory target), in name order
             # (Note [The cache keeps the jobs in name order]).
-            jobs = ((job, results[job]) for job in sorted(results))
-            while True:
-                part = dict(itertools.islice(jobs, JOBS_PER_PART))
-                if not part:
-                    break
-                self._marshal(part)
+            order = sorted(results)
+            for start in range(0, len(order), JOBS_PER_PART):
+                self._marshal({job: results[job] for job in order[start : start + JOBS_PER_PART]})
             self._write(end.to_bytes(8, "little"))
             self.file.seek(len(self.cache.tag))
             self.file.write(self.crc.to_bytes(4, "little"))
