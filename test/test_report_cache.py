@@ -1343,6 +1343,40 @@ class TestCompiledFileReading(TestCase):
                     with self.assertRaisesRegex(ValueError, "differ in length"):
                         call(names, bytearray(3))
 
+    def test_the_names_of_a_large_index_are_counted_exactly(self):
+        # Note [The names are counted sixteen bytes at a time]: names over
+        # many blocks of 16 bytes (more than 255 of them, ending at every
+        # offset a block can) count as many as the keys' entries, not one
+        # more or fewer.
+        index = report.file_index
+        if index.spans_in is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        rng = random.Random(7)
+        cases = [
+            b"".join(b"x" * rng.randrange(0, 40) + b"/" for _ in range(count))
+            for count in (0, 1, 15, 16, 17, 255, 256, 4097, 5000)
+        ]
+        # Empty names: every byte a slash, in every block (a byte's count
+        # must not wrap).
+        cases += [b"/" * count for count in (16 * 255, 16 * 256, 10_001)]
+        for names in cases:
+            for extra in (b"", b"/", b"yz", b"yz/"):
+                listed = names + extra
+                entries = listed.count(b"/")
+                keys = array.array("q", bytes(8 * index.FIELDS * entries))
+                with self.subTest(length=len(listed), extra=extra):
+                    index.spans_in(listed, keys, bytearray(entries), None)
+                    for wrong in (entries - 1, entries + 1):
+                        if wrong < 0:
+                            continue
+                        with self.assertRaisesRegex(ValueError, "differ in length"):
+                            index.spans_in(
+                                listed,
+                                array.array("q", bytes(8 * index.FIELDS * wrong)),
+                                bytearray(wrong),
+                                None,
+                            )
+
     def test_the_report_assembled_in_compiled_code_is_pythons(self):
         # Note [Assembling the report in compiled code]: what crosses jobs
         # and the row for all jobs, from random parts of every shape: agents

@@ -13,6 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if defined(__SSE2__) && defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -88,6 +92,37 @@ struct Buffers {
   }
 };
 
+// Note [The names are counted sixteen bytes at a time]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The operations that read no name still count the names (Note [The names
+// are split only where they are read]), and a re-run at 10^6 records counts
+// them four times, two of them while the other core waits: std::count, which
+// the compiler does not widen here, took 15 ms over 24 MB of names on this
+// project's 2-core machine, 2.6 ms sixteen bytes at a time (SSE2, which every
+// x86-64 processor has): each byte's matches in a byte of its own for up to
+// 255 blocks, then summed.
+size_t count_names(const char* at, size_t length) {
+  size_t count = 0;
+  size_t i = 0;
+#if defined(__SSE2__) && defined(__x86_64__)
+  const __m128i slash = _mm_set1_epi8('/');
+  while (i + 16 <= length) {
+    const size_t blocks = std::min<size_t>((length - i) / 16, 255);
+    __m128i counts = _mm_setzero_si128();
+    for (size_t b = 0; b < blocks; ++b, i += 16) {
+      const __m128i bytes =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + i));
+      // A match is -1: subtracting it adds one.
+      counts = _mm_sub_epi8(counts, _mm_cmpeq_epi8(bytes, slash));
+    }
+    const __m128i sums = _mm_sad_epu8(counts, _mm_setzero_si128());
+    count += size_t(_mm_cvtsi128_si64(sums)) +
+        size_t(_mm_cvtsi128_si64(_mm_unpackhi_epi64(sums, sums)));
+  }
+#endif
+  return count + size_t(std::count(at + i, at + length, '/'));
+}
+
 // The index's names, each a view into the names buffer.
 std::vector<std::string_view> split_names(const Py_buffer& names) {
   std::vector<std::string_view> out;
@@ -138,8 +173,8 @@ bool index_of(
     index->names = split_names(*names);
     index->size = index->names.size();
   } else {
-    const char* at = static_cast<const char*>(names->buf);
-    index->size = size_t(std::count(at, at + names->len, '/'));
+    index->size =
+        count_names(static_cast<const char*>(names->buf), size_t(names->len));
   }
   if (size_t(keys->len) != index->size * kFields * sizeof(int64_t) ||
       size_t(unchanged->len) != index->size) {
@@ -901,9 +936,10 @@ PyObject* list_and_check(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       if (names == nullptr) {
         return nullptr;
       }
-      const char* at = static_cast<const char*>(names->buf);
       unchanged.p = PyByteArray_FromStringAndSize(
-          nullptr, std::count(at, at + names->len, '/'));
+          nullptr,
+          Py_ssize_t(count_names(
+              static_cast<const char*>(names->buf), size_t(names->len))));
       if (unchanged.p == nullptr) {
         return nullptr;
       }
@@ -1137,8 +1173,7 @@ keep_unchanged_in_place(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   char* const first = static_cast<char*>(names->buf);
   const char* const end = first + names->len;
-  const size_t size =
-      size_t(std::count(static_cast<const char*>(first), end, '/'));
+  const size_t size = count_names(first, size_t(names->len));
   if (size_t(keys->len) != size * kFields * sizeof(int64_t) ||
       size_t(unchanged->len) != size || (names->len > 0 && end[-1] != '/')) {
     PyErr_SetString(
