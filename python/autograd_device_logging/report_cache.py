@@ -519,8 +519,8 @@ class CacheWriter:
     def finish(
         self, reasons: Dict[int, str], results: Dict[str, tuple], made: Optional[Iterable] = None
     ) -> None:
-        """Writes the rest and puts the file in place (every job's part:
-        `made` is ChangesWriter.finish's)."""
+        """Writes the rest and puts the file in place: every job's part
+        (`made`, which ChangesWriter.finish takes, is not needed here)."""
         if self.file is None:
             return
         try:
