@@ -856,13 +856,15 @@ class TestCompiledFileReading(TestCase):
                 fleet_report, "load_parts", fleet_report.load_parts if compiled else None
             )
         )
-        # Note [Counting the plain records in compiled code]
+        # Note [Counting the plain records in compiled code] and Note [The
+        # jobs' parts made in compiled code]
         totals = report.fleet_totals
-        stack.enter_context(
-            unittest.mock.patch.object(
-                totals, "count_records", totals.count_records if compiled else None
+        for name in ("count_records", "finish_jobs"):
+            stack.enter_context(
+                unittest.mock.patch.object(
+                    totals, name, getattr(totals, name) if compiled else None
+                )
             )
-        )
         return stack
 
     def read(self, compiled):
@@ -1835,6 +1837,79 @@ class TestCountsDoNotDependOnWhoReadWhat(TestCase):
         # rank met under another release) by add().
         self.assertGreater(sum(counted), len(records))
         self.assertLess(sum(counted), len(records) * 3)
+
+    def test_the_jobs_parts_made_in_compiled_code_are_made_the_same(self):
+        # Note [The jobs' parts made in compiled code]: finish_jobs makes the
+        # plain jobs' parts and hands the others to the Python path; every
+        # part is kept_job's, to the byte (the summary in marshal, the line),
+        # and the counts are spent alike.
+        totals = report.fleet_totals
+        finish_jobs = totals.finish_jobs
+        if finish_jobs is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        rng = random.Random(13)
+        decode = report.record_decoder.decode
+        cost = lambda pairs: {"pairs": pairs, "not_sampled": {}, "discarded": {}}  # noqa: E731
+        texts = []
+        for i in range(1500):
+            r = random_record(rng, i)
+            # Jobs of 1 to 10 units and more, so that intervals of every
+            # kind are made: none, the range, order statistics.
+            r["job"] = f"j-{rng.randrange(40)}"
+            if r["role"] == "other" and i % 3:
+                # Processes that measured, beside the ranks; a difference of
+                # 1 ns is a median of 1e-06 ms, which repr writes with an
+                # exponent.
+                r["threading_cost"] = cost(
+                    {
+                        "single_accelerator": [
+                            [rng.randrange(990, 1300), 1000] for _ in range(rng.randrange(1, 6))
+                        ],
+                        "cpu_only": [[1001, 1000]],
+                    }
+                )
+            if i % 37 == 0:
+                r["threading_cost"] = cost({"newer_class": [[1100, 1000]]})
+            if i % 41 == 0:
+                # A release the line escapes: the Python path's.
+                r["torch"] = {"built_for": "2.9.1", "running": "2.11.0+c\u00fc"}
+            if i % 17 == 0:
+                r["disabled_reason"] = "no torch"
+            if i % 113 == 0:
+                # Counts by name: the Python path's.
+                r["events"] = r["events"] + ["torch.autograd.newer_event"]
+            if i % 29 == 0:
+                r["pass_classes"] = {c: i for c in report.record_fields.CLASSES}
+            texts.append(r)
+        records = [decode(json.dumps(r).encode()) for r in texts]
+        compiled, in_python = totals.FleetTotals(), totals.FleetTotals()
+        for r in records:
+            compiled.add(r)
+            in_python.add(r)
+        made = []
+
+        def finishing(*args):
+            made.append(finish_jobs(*args))
+            return made[-1]
+
+        with unittest.mock.patch.object(totals, "finish_jobs", finishing):
+            ours = totals.finished_jobs(compiled)
+        with unittest.mock.patch.object(totals, "finish_jobs", None):
+            theirs = totals.finished_jobs(in_python)
+        self.assertEqual(list(ours), list(theirs))
+        for job, part in theirs.items():
+            self.assertEqual(ours[job], part, job)
+        for spent in ("jobs", "parents", "agents", "filtered"):
+            self.assertEqual(len(getattr(compiled, spent)), 0, spent)
+        # Both ways were taken, and every kind of interval was made here.
+        self.assertGreater(made[0], len(ours) // 3)
+        self.assertLess(made[0], len(ours))
+        intervals = set()
+        for job, part in ours.items():
+            for c in (json.loads(part[6])["threading_cost"] or {}).values():
+                interval = c["interval"]
+                intervals.add(None if interval is None else interval["meets_level"])
+        self.assertEqual(intervals, {None, False, True})
 
     def test_counts_made_apart_and_handed_over_give_the_same_report(self):
         # Note [Reading a fleet in parallel]: each reading process counts its

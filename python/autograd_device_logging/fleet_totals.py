@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from itertools import chain
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
-from .cost_statistics import ClassCost, over_jobs_of, summaries_of
+from .cost_statistics import LEVEL, ClassCost, order_statistic_interval, over_jobs_of, summaries_of
 from .file_index import group_of
 from .record_fields import (
     CLASSES,
@@ -26,11 +26,21 @@ from .record_fields import (
 )
 
 try:
-    from ._record_files import count_records, cross_jobs, kept_lines, sorted_column, sum_lights
+    from ._record_files import (
+        count_records,
+        cross_jobs,
+        finish_jobs,
+        kept_lines,
+        sorted_column,
+        sum_lights,
+    )
 except ImportError:  # Note [Reading the files in compiled code], file_index.py
-    count_records = cross_jobs = kept_lines = sorted_column = sum_lights = None
+    count_records = cross_jobs = finish_jobs = kept_lines = sorted_column = sum_lights = None
 
 ALL_JOBS = "(all jobs)"
+# Why a torchrun agent that joins its workers' job is left out of its counts
+# (Note [An agent joins its workers' job]).
+AGENT_REASON = "torchrun agent"
 
 # Note [A restarted rank counts once, under its newest release]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -457,25 +467,27 @@ class FleetTotals:
         """Each job's part (JobResult); the counts are spent making them,
         so that the two are never all held at once."""
         names = self.release_names
-        out: Dict[str, JobResult] = {}
-        for job in self._counted_jobs():
-            t = self.jobs.pop(job, None)
-            summary, rows = None, {}
-            if t is not None:
-                by_release = t.ranks_by_release(names)
-                summary = t.summary(by_release)
-                rows = dict(by_release)
-                for release, row in t.other_releases.items():
-                    old = rows.get(release)
-                    rows[release] = row if old is None else [a + b for a, b in zip(old, row)]
-            out[job] = (
-                summary,
-                rows,
-                tuple(sorted(self.parents.pop(job, ()))),
-                tuple(sorted(self.agents.pop(job, ()))),
-                self.filtered.pop(job, 0),
-            )
-        return out
+        return {job: self.result(job, names) for job in self._counted_jobs()}
+
+    def result(self, job: str, names: List[str]) -> JobResult:
+        """`job`'s part (JobResult), its counts popped; `names` are
+        release_names."""
+        t = self.jobs.pop(job, None)
+        summary, rows = None, {}
+        if t is not None:
+            by_release = t.ranks_by_release(names)
+            summary = t.summary(by_release)
+            rows = dict(by_release)
+            for release, row in t.other_releases.items():
+                old = rows.get(release)
+                rows[release] = row if old is None else [a + b for a, b in zip(old, row)]
+        return (
+            summary,
+            rows,
+            tuple(sorted(self.parents.pop(job, ()))),
+            tuple(sorted(self.agents.pop(job, ()))),
+            self.filtered.pop(job, 0),
+        )
 
     def report(self) -> dict:
         """{"jobs": {job: summary}, "releases": {torch: counts}, "skipped":
@@ -527,8 +539,38 @@ def kept_job(job: str, result: JobResult, line: bool = False) -> KeptJob:
 
 def finished_jobs(totals: "FleetTotals") -> Dict[str, KeptJob]:
     """Every job's part of `totals`, its line made (kept_job), as plain
-    values; the counts are spent making them."""
-    return {job: kept_job(job, result, True) for job, result in totals.results().items()}
+    values; the counts are spent making them (the plain ones' in compiled
+    code: Note [The jobs' parts made in compiled code],
+    job_finishing.cpp)."""
+    names = totals.release_names
+    if finish_jobs is None:
+        return {job: kept_job(job, result, True) for job, result in totals.results().items()}
+    out: Dict[str, KeptJob] = {}
+    finish_jobs(
+        totals._counted_jobs(),
+        totals.jobs,
+        totals.parents,
+        totals.agents,
+        totals.filtered,
+        names,
+        lambda job: kept_job(job, totals.result(job, names), True),
+        out,
+        _FINISHING_SHAPE,
+    )
+    return out
+
+
+# finish_jobs' shape: the events' short names, the classes, the interval's
+# order statistics and level, the group of a job, and the reason an agent
+# joining a job is left out (_with_agents).
+_FINISHING_SHAPE = (
+    tuple(EVENTS.values()),
+    tuple(CLASSES),
+    order_statistic_interval,
+    LEVEL,
+    group_of,
+    AGENT_REASON,
+)
 
 
 def light_of(summary: dict) -> tuple:
@@ -569,7 +611,7 @@ def _with_agents(summary: dict, joined: int) -> dict:
     if not joined:
         return summary
     left_out = dict(summary["left_out"])
-    left_out["torchrun agent"] = left_out.get("torchrun agent", 0) + joined
+    left_out[AGENT_REASON] = left_out.get(AGENT_REASON, 0) + joined
     return dict(summary, left_out=dict(sorted(left_out.items())))
 
 
@@ -640,7 +682,7 @@ class Assembled:
         left_out = Counter(left_out)
         agents = sum(self.joined.values())
         if agents:
-            left_out["torchrun agent"] += agents
+            left_out[AGENT_REASON] += agents
         return {
             "processes": processes,
             "ranks": ranks,

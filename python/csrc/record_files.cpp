@@ -8,6 +8,7 @@
 #include <Python.h>
 
 #include "file_index.h"
+#include "job_finishing.h"
 #include "python_reference.h"
 #include "record_counting.h"
 #include "report_assembly.h"
@@ -295,6 +296,16 @@ PyMethodDef kMethods[] = {
      "\n"
      "Counts each record of the plain path into FleetTotals' jobs and\n"
      "parents, and hands every other to add(record); how many it counted."},
+    {"finish_jobs",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         autograd_device_logging_report::finish_jobs)),
+     METH_FASTCALL,
+     "finish_jobs(counted, jobs, parents, agents, filtered, names, one, out, "
+     "shape) -> int\n"
+     "\n"
+     "Each counted job's part (fleet_totals.KeptJob, its line made) into\n"
+     "out, its counts popped; a job off the plain path through one(job).\n"
+     "How many it made itself."},
     {"part_logs",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::part_logs)),
