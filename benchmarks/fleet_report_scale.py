@@ -468,7 +468,7 @@ def read_in_processes(directory, cores, listed=None):
 def floors(directory, cores):
     """What the machine itself takes for `directory`'s files with `cores`
     cores, in the report's compiled code alone: (listing them; listing them
-    while a thread per core stats each, as a warm run checks their keys;
+    and statting each, a thread per core, as a warm run checks their keys;
     opening, reading and closing every file in a process per core), in
     seconds; None where the package was not built."""
     sys.path.insert(0, PACKAGE_ROOT)
@@ -493,9 +493,10 @@ def floors(directory, cores):
 
 
 def stat_floor(directory_fd, listed, cores):
-    """Seconds to list the directory `directory_fd` while a thread per core
-    stats each of the names `listed` (file_index.scan's), as a warm run
-    checks every file's key (Note [The keys are checked while listing])."""
+    """Seconds to list the directory `directory_fd` and stat each name it
+    lists, a thread per core, with an index of the names `listed`
+    (file_index.scan's), as a warm run checks every file's key (Note [The
+    keys are checked while listing])."""
     sys.path.insert(0, PACKAGE_ROOT)
     from autograd_device_logging import file_index
 
@@ -905,8 +906,8 @@ def spread_lines(label, spread):
         correlation = statistics.correlation([t for t, _ in spread], floor_seconds)
         lines += [
             "",
-            "Right before each, the machine's own floor for it: listing the files while a "
-            "thread per core stats each (`stat_floor()`), as the run's scan does. In the "
+            "Right before each, the machine's own floor for it: listing the files and "
+            "statting each, a thread per core (`stat_floor()`), as the run's scan does. In the "
             f"order they ran, run and floor: "
             + ", ".join(f"{t:.2f}/{floor:.2f}" for t, floor in spread)
             + f" s. The floor moved from {min(floor_seconds):.2f} to "
@@ -1053,8 +1054,8 @@ def write(
             "",
             f"**What the machine itself takes** for the {max(args.sizes):,} files of the "
             "largest fleet (`floors()` in the script), in the report's compiled code and "
-            "nothing else: listing the directory; listing it while a thread per core stats "
-            "each file, as a warm run checks every key (Note [The keys are checked while "
+            "nothing else: listing the directory; listing it and statting each file, a "
+            "thread per core, as a warm run checks every key (Note [The keys are checked while "
             "listing]); and opening, reading and closing every file, in a process per core, "
             "as a cold run reads them. A warm run can be no faster than the second, a cold run "
             "than the first and the third together.",

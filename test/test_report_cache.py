@@ -20,6 +20,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import unittest.mock
 import zlib
 
@@ -1730,6 +1731,40 @@ class TestCompiledFileReading(TestCase):
             self.assertEqual(unchanged.count(1), len(order))
         with self.assertRaises(ValueError):
             index.list_and_check(fd, lambda: (names, keys), 0)
+
+    def test_the_listed_names_are_stated_while_the_index_loads(self):
+        # Note [The keys are checked while listing]: the thread that lists
+        # stats the names it listed while load() runs, so load() sees stats
+        # made before it returns; every listed name is stat'ed once, and the
+        # keys are checked as before.
+        index = report.file_index
+        if index.list_and_check is None:
+            self.skipTest("no _record_files in this build (a sanitized build has none)")
+        listed_stats = importlib.import_module(index.__package__ + "._record_files").listed_stats
+        fd = self.directory_fd()
+        every = index.scan(fd, None, collections.Counter())[0]
+        count = every.count(b"/")
+        self.assertGreater(count, 10)
+        keys = array.array("q")
+        for name in every.decode().split("/")[:-1]:
+            st = os.lstat(name, dir_fd=fd)
+            changed = name == "r3.json"
+            keys.extend((st.st_size, st.st_mtime_ns + changed, index.signed(st.st_ino), 0, 0, 0))
+        before = listed_stats()
+        seen = []
+
+        def load():
+            deadline = time.monotonic() + 10
+            while listed_stats() == before and time.monotonic() < deadline:
+                time.sleep(0.001)
+            seen.append(listed_stats() - before)
+            return every, keys
+
+        to_read, _, _, unchanged = index.list_and_check(fd, load, 1)
+        self.assertGreater(seen[0], 0)
+        self.assertEqual(listed_stats() - before, count)
+        self.assertEqual(to_read, b"r3.json/")
+        self.assertEqual(unchanged.count(1), count - 1)
 
     def test_the_listing_goes_on_whatever_loading_the_index_gives(self):
         # Note [The keys are checked while listing]: load() runs while the

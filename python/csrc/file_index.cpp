@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -30,6 +31,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -299,6 +301,13 @@ class MappedArray {
   size_t size() const {
     return size_;
   }
+  // `count` zeros, in an array that holds none yet.
+  void assign_zeros(size_t count) {
+    if (count > 0) {
+      grow(count); // anonymous pages: zeros
+    }
+    size_ = count;
+  }
 
  private:
   void grow(size_t needed) {
@@ -361,58 +370,91 @@ struct ListedNames {
   }
 };
 
-// Adds the index's entries [begin, end) to `position` and stats each
-// file by its name, marking same[entry] where it is still a regular file of
-// the entry's key (no interpreter call: runs without the GIL).
-void stat_entries(
+// What a stat of a listed name gave: its key's first three fields (Note
+// [The files' index]), where it is a regular file.
+struct Stated {
+  int64_t size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ino = 0;
+};
+
+// The stats of listed names, taken a chunk at a time by each thread that
+// stats (Note [The keys are checked while listing]).
+struct ListedStats {
+  MappedArray<Stated> stated;
+  // 1 where the name's stat found a regular file.
+  MappedArray<unsigned char> regular;
+  std::atomic<size_t> next{0};
+  // Set where no stat is wanted any more (the index cannot be had).
+  std::atomic<bool> cancelled{false};
+};
+
+// Listed names stat'ed at a time by a thread.
+constexpr size_t kStatChunk = 512;
+
+// Listed names stat'ed, in this process (for the tests: Note [The keys are
+// checked while listing]).
+std::atomic<size_t> names_stated{0};
+
+// Stats listed names, a chunk at a time, until none is left or `stats` is
+// cancelled (no interpreter call: runs without the GIL).
+void stat_listed(
     int directory_fd,
-    const Index& index,
-    NameTable& position,
-    unsigned char* same,
-    size_t begin,
-    size_t end) {
-  char name[NAME_MAX + 1];
-  size_t slot = begin < end ? position.slot_of(begin) : 0;
-  for (size_t entry = begin; entry < end; ++entry) {
-    // The slot was fetched during the stat before; the next one is fetched
-    // during this one.
-    position.add(entry, slot);
-    if (entry + 1 < end) {
-      slot = position.slot_of(entry + 1);
-      position.prefetch(slot);
+    const ListedNames& listed,
+    ListedStats& stats) {
+  while (!stats.cancelled.load(std::memory_order_relaxed)) {
+    const size_t begin =
+        stats.next.fetch_add(kStatChunk, std::memory_order_relaxed);
+    if (begin >= listed.size()) {
+      return;
     }
-    const std::string_view indexed = index.names[entry];
-    if (indexed.size() > NAME_MAX) {
-      continue;
+    const size_t end = std::min(listed.size(), begin + kStatChunk);
+    names_stated.fetch_add(end - begin, std::memory_order_relaxed);
+    for (size_t i = begin; i < end; ++i) {
+      struct stat st;
+      if (fstatat(directory_fd, listed.name(i), &st, AT_SYMLINK_NOFOLLOW) !=
+              0 ||
+          !S_ISREG(st.st_mode)) {
+        continue;
+      }
+      stats.stated[i] = {
+          int64_t(st.st_size),
+          int64_t(st.st_mtim.tv_sec) * 1000000000LL +
+              int64_t(st.st_mtim.tv_nsec),
+          static_cast<int64_t>(uint64_t(st.st_ino))};
+      stats.regular[i] = 1;
     }
-    memcpy(name, indexed.data(), indexed.size());
-    name[indexed.size()] = '\0';
-    struct stat st;
-    if (fstatat(directory_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !S_ISREG(st.st_mode)) {
-      continue;
-    }
-    const int64_t* key = index.keys + entry * kFields;
-    const int64_t mtime_ns =
-        int64_t(st.st_mtim.tv_sec) * 1000000000LL + int64_t(st.st_mtim.tv_nsec);
-    same[entry] = key[0] == int64_t(st.st_size) && key[1] == mtime_ns &&
-        key[2] == static_cast<int64_t>(uint64_t(st.st_ino));
   }
 }
 
-// Finds listed names [begin, end) in the index, each first at the entry
-// after the one before it (Note [The keys are checked while listing]), and
-// marks those whose file stat_entries found unchanged (no interpreter call:
-// runs without the GIL).
+// Adds the index's entries to `position`, each slot fetched while the one
+// before is added.
+void add_names(const Index& index, NameTable& position) {
+  size_t slot = index.size > 0 ? position.slot_of(0) : 0;
+  for (size_t entry = 0; entry < index.size; ++entry) {
+    const size_t at = slot;
+    if (entry + 1 < index.size) {
+      slot = position.slot_of(entry + 1);
+      position.prefetch(slot);
+    }
+    position.add(entry, at);
+  }
+}
+
 // Listed names looked for in the table of names, in this process (for the
 // tests: Note [The keys are checked while listing]).
 std::atomic<size_t> names_looked_up{0};
+
+// Finds listed names [begin, end) in the index, each first at the entry
+// after the one before it (Note [The keys are checked while listing]), and
+// marks those whose stat found the entry's key (no interpreter call: runs
+// without the GIL).
 
 void match_listed(
     const Index& index,
     const NameTable& position,
     ListedNames& listed,
-    const unsigned char* same,
+    const ListedStats& stats,
     size_t begin,
     size_t end) {
   size_t next = index.size;
@@ -426,7 +468,10 @@ void match_listed(
     }
     listed.entries[i] = entry;
     if (entry >= 0) {
-      listed.unchanged[i] = same[entry];
+      const int64_t* key = index.keys + size_t(entry) * kFields;
+      const Stated& st = stats.stated[i];
+      listed.unchanged[i] = stats.regular[i] && key[0] == st.size &&
+          key[1] == st.mtime_ns && key[2] == st.ino;
       next = size_t(entry) + 1;
     }
   }
@@ -538,16 +583,22 @@ void in_shares(size_t count, size_t least, const Work& work) {
   }
 }
 
-// The directory listed by a thread of its own (list_directory), while the
-// thread that made it does something else; joined when it goes.
+// The directory listed by a thread of its own (list_directory), which
+// then stats the names it listed (stat_listed), with a thread per core but
+// one (the one that loads the index), while the thread that made it does
+// something else; joined when it goes (Note [The keys are checked while
+// listing]).
 class Listing {
  public:
   // Throws std::system_error where the thread cannot start.
-  explicit Listing(int directory_fd)
-      : thread_([this, directory_fd] { list(directory_fd); }) {}
+  Listing(int directory_fd, size_t files_per_thread)
+      : directory_fd_(directory_fd),
+        files_per_thread_(files_per_thread),
+        thread_([this] { run(); }) {}
   Listing(const Listing&) = delete;
   Listing& operator=(const Listing&) = delete;
   ~Listing() {
+    cancel();
     join();
   }
   void join() {
@@ -555,8 +606,20 @@ class Listing {
       thread_.join();
     }
   }
+  // No more stats: the names are not checked.
+  void cancel() {
+    stats.cancelled.store(true, std::memory_order_relaxed);
+  }
+  // Waits until the names are listed; whether they may be stat'ed (listed,
+  // with room for their stats).
+  bool wait_until_listed() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    listed_.wait(lock, [this] { return listing_done_; });
+    return stats_ready_;
+  }
 
   ListedNames listed;
+  ListedStats stats;
   Py_ssize_t links = 0;
   Py_ssize_t not_regular = 0;
   // Once joined: kDone, kOsError (with `error`) or kNoMemory.
@@ -564,10 +627,57 @@ class Listing {
   int error = 0;
 
  private:
-  void list(int directory_fd) {
-    outcome = listed_into(directory_fd, listed, links, not_regular, error);
+  void run() {
+    outcome = listed_into(directory_fd_, listed, links, not_regular, error);
+    bool ready = false;
+    if (outcome == Outcome::kDone &&
+        !stats.cancelled.load(std::memory_order_relaxed)) {
+      try {
+        stats.stated.assign_zeros(listed.size());
+        stats.regular.assign_zeros(listed.size());
+        ready = true;
+      } catch (const std::bad_alloc&) {
+        outcome = Outcome::kNoMemory;
+      }
+    }
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      listing_done_ = true;
+      stats_ready_ = ready;
+    }
+    listed_.notify_all();
+    if (!ready) {
+      return;
+    }
+    const size_t cores =
+        std::max<size_t>(1, std::thread::hardware_concurrency());
+    const size_t threads = std::max<size_t>(
+        1,
+        std::min<size_t>(
+            {cores - 1,
+             kMaxThreads,
+             listed.size() / std::max<size_t>(1, files_per_thread_)}));
+    std::vector<std::thread> helpers;
+    for (size_t t = 1; t < threads; ++t) {
+      try {
+        helpers.emplace_back(
+            [this] { stat_listed(directory_fd_, listed, stats); });
+      } catch (const std::system_error&) {
+        break; // fewer threads: the same stats
+      }
+    }
+    stat_listed(directory_fd_, listed, stats);
+    for (std::thread& helper : helpers) {
+      helper.join();
+    }
   }
 
+  const int directory_fd_;
+  const size_t files_per_thread_;
+  std::mutex mutex_;
+  std::condition_variable listed_;
+  bool listing_done_ = false;
+  bool stats_ready_ = false;
   // Last: started once the fields it fills are made.
   std::thread thread_;
 };
@@ -575,46 +685,49 @@ class Listing {
 // Note [The keys are checked while listing]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A stat per file is most of a re-run's time (Note [The files' index],
-// file_index.py), and listing the directory the most of the rest: about
-// 1 s and 0.4 s at 10^6 files on 2 cores (the benchmark's floors()),
-// both in the kernel. The index names every file a run before read, so
-// its keys need no listing to be checked: a thread lists the directory
-// while this one loads the index (in Python: the cache's file), then a
-// thread per core stats a share of the index's entries by name, the
-// listing still running beside them, and each adds its entries to the
-// table of names as it goes. Only then is each listed name found in the
-// index, to read those the index has not or whose key changed. The listing
-// is in the order the directory keeps, and so was the index (each reading
-// process's chunk of names in listing order), so a listed name is first
-// looked for at the entry after the one before it, and in the table only
-// where that is another name: a name compared in memory read in order
-// instead of two or three cache misses, and nothing else. An entry is
-// unchanged only where its name is listed and its file has its key, as
-// when the listing came first (Note [The files' index]); what changes
-// while the report runs may be seen either way, as before.
+// file_index.py), and listing the directory and loading the cache the most
+// of the rest: about 1.5 s of CPU, 0.2 s and 0.25 s at 10^6 files, all
+// three but the load in the kernel. None needs another to be done, except
+// that a name must be listed before it is stat'ed. So a thread lists the
+// directory while this one loads the index (in Python: the cache's file),
+// then stats the names it listed, with a thread per core but this one;
+// this one builds the table of the index's names once it has them and
+// then stats too, until every listed name is stat'ed. The cores are busy
+// from the start: on this project's 2-core machine at 10^6 files, the
+// check took the listing or the load (whichever was longer) and then the
+// stats on both cores, 1.13 s, when the threads statted the index's
+// entries once it was loaded. Only then is each listed name found in the
+// index, and its stat compared with the entry's key, to read those the
+// index has not or whose key changed. The listing is in the order the
+// directory keeps, and so was the index (each reading process's chunk of
+// names in listing order), so a listed name is first looked for at the
+// entry after the one before it, and in the table only where that is
+// another name: a name compared in memory read in order instead of two or
+// three cache misses, and nothing else. An entry is unchanged only where
+// its name is listed and its file has its key (Note [The files' index]);
+// what changes while the report runs may be seen either way, as before.
+// Where there is no index to check, the stats stop where they are.
 void check_while_listing(
     int directory_fd,
     const Index& index,
     Listing& listing,
     size_t files_per_thread) {
-  std::unique_ptr<unsigned char[]> same(new unsigned char[index.size]());
   NameTable position(index.names);
-  in_shares(
-      index.size,
-      files_per_thread,
-      [directory_fd, &index, &position, &same](size_t begin, size_t end) {
-        stat_entries(directory_fd, index, position, same.get(), begin, end);
-      });
+  add_names(index, position);
+  if (listing.wait_until_listed()) {
+    stat_listed(directory_fd, listing.listed, listing.stats);
+  }
   listing.join();
   if (listing.outcome != Outcome::kDone) {
     return;
   }
   ListedNames& listed = listing.listed;
+  const ListedStats& stats = listing.stats;
   in_shares(
       listed.size(),
       files_per_thread,
-      [&index, &position, &listed, &same](size_t begin, size_t end) {
-        match_listed(index, position, listed, same.get(), begin, end);
+      [&index, &position, &listed, &stats](size_t begin, size_t end) {
+        match_listed(index, position, listed, stats, begin, end);
       });
 }
 
@@ -910,7 +1023,7 @@ PyObject* list_and_check(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   try {
     std::unique_ptr<Listing> listing;
     try {
-      listing = std::make_unique<Listing>(directory_fd);
+      listing = std::make_unique<Listing>(directory_fd, files_per_thread);
     } catch (const std::system_error&) {
       PyErr_SetString(PyExc_RuntimeError, "could not start a thread");
       return nullptr;
@@ -918,6 +1031,10 @@ PyObject* list_and_check(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     // Where this returns early, the listing is joined as it goes: it calls
     // nothing of the interpreter's.
     const Ref loaded(PyObject_CallNoArgs(args[1]));
+    if (loaded.p == nullptr || loaded.p == Py_None) {
+      // Nothing to check: the names are only listed.
+      listing->cancel();
+    }
     if (loaded.p == nullptr) {
       return nullptr;
     }
@@ -967,6 +1084,9 @@ PyObject* list_and_check(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     } catch (const std::system_error&) {
       outcome = Outcome::kNoThread;
     }
+    if (outcome != Outcome::kDone) {
+      listing->cancel();
+    }
     listing->join();
     Py_END_ALLOW_THREADS;
     if (outcome == Outcome::kDone) {
@@ -1000,6 +1120,10 @@ PyObject* list_and_check(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 PyObject* table_lookups(PyObject*, PyObject*) {
   return PyLong_FromSize_t(names_looked_up.load(std::memory_order_relaxed));
+}
+
+PyObject* listed_stats(PyObject*, PyObject*) {
+  return PyLong_FromSize_t(names_stated.load(std::memory_order_relaxed));
 }
 
 PyObject* changed_groups(PyObject*, PyObject* const* args, Py_ssize_t nargs) {

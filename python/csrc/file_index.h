@@ -31,6 +31,9 @@ PyObject* list_and_check(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 // table of the index's names, not finding them after the name before (Note
 // [The keys are checked while listing]), in this process.
 PyObject* table_lookups(PyObject*, PyObject*);
+// listed_stats() -> how many listed names list_and_check stat'ed, in this
+// process (Note [The keys are checked while listing]).
+PyObject* listed_stats(PyObject*, PyObject*);
 // changed_groups(names, keys, unchanged) -> ({jobs' groups of changed
 // entries}, {skipped files' group: unchanged entries}).
 PyObject* changed_groups(PyObject*, PyObject* const* args, Py_ssize_t nargs);

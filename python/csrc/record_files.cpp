@@ -249,6 +249,12 @@ PyMethodDef kMethods[] = {
      "\n"
      "Lists the directory while load() gives the index (names, keys) or\n"
      "None, and checks the index's keys (file_index.scan_and_check)."},
+    {"listed_stats",
+     autograd_device_logging_report::listed_stats,
+     METH_NOARGS,
+     "listed_stats() -> int\n"
+     "\n"
+     "How many listed names list_and_check stat'ed, in this process."},
     {"table_lookups",
      autograd_device_logging_report::table_lookups,
      METH_NOARGS,
