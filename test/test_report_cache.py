@@ -14,6 +14,7 @@ import io
 import json
 import marshal
 import math
+import mmap
 import os
 import random
 import stat
@@ -1803,6 +1804,34 @@ class TestCompiledFileReadingIsBuilt(TestCase):
         if not built_unsanitized():
             self.skipTest("a sanitized build leaves out the report's extensions (CMakeLists.txt)")
         self.assertIsNotNone(report.record_reader.read_files)
+
+    def test_the_cache_crc32_is_zlibs(self):
+        # Note [The cache's CRC-32 from libdeflate]: where the machine has
+        # libdeflate, the cache's CRC-32 is its, and the value zlib's for
+        # every length, starting value and kind of buffer; elsewhere zlib's.
+        if not built_unsanitized():
+            self.skipTest("a sanitized build leaves out the report's extensions (CMakeLists.txt)")
+        files = importlib.import_module(report.file_index.__package__ + "._record_files")
+        cache = report.report_cache
+        if not files.has_libdeflate():
+            self.assertIs(cache.crc32, zlib.crc32)
+            with self.assertRaises(OSError):
+                files.libdeflate_crc32(b"")
+            return
+        self.assertIs(cache.crc32, files.libdeflate_crc32)
+        rng = random.Random(17)
+        for length in (0, 1, 7, 15, 16, 17, 63, 64, 65, 255, 4096, 65535, 65536, 1 << 20):
+            data = rng.randbytes(length + 3)
+            for value in (0, 1, 0xFFFFFFFF, rng.getrandbits(32)):
+                for view in (data[:length], memoryview(data)[3:], bytearray(data[1:])):
+                    self.assertEqual(
+                        files.libdeflate_crc32(view, value), zlib.crc32(view, value), length
+                    )
+        with tempfile.TemporaryFile() as f:
+            f.write(rng.randbytes(100000))
+            f.flush()
+            with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mapped:
+                self.assertEqual(files.libdeflate_crc32(mapped), zlib.crc32(mapped))
 
 
 class TestCountsDoNotDependOnWhoReadWhat(TestCase):

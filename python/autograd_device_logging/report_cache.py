@@ -57,6 +57,16 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 from . import settings
 from .file_index import FIELDS, SPAN_LENGTH_BITS, keep_unchanged_only, unchanged_entries_of
 
+try:
+    from ._record_files import has_libdeflate, libdeflate_crc32
+except ImportError:  # Note [Reading the files in compiled code], file_index.py
+    has_libdeflate = libdeflate_crc32 = None
+
+# The CRC-32 of the cache's files and parts: zlib's, computed by libdeflate
+# where the machine has it (Note [The cache's CRC-32 from libdeflate],
+# part_checksum.h).
+crc32 = libdeflate_crc32 if has_libdeflate is not None and has_libdeflate() else zlib.crc32
+
 # The layout of the cache's files; a new one starts the cache afresh.
 FORMAT = 4
 # The files whose code decides what a record's part is.
@@ -228,7 +238,7 @@ class ReportCache:
             self._problem(f"{path}: {reason}")
             return None
         body = memoryview(data)[len(tag) + 4 :]
-        if int.from_bytes(data[len(tag) : len(tag) + 4], "little") != zlib.crc32(body):
+        if int.from_bytes(data[len(tag) : len(tag) + 4], "little") != crc32(body):
             self._problem(f"{path}: corrupt")
             return None
         return body
@@ -497,7 +507,7 @@ class CacheWriter:
 
     def _write(self, piece) -> None:
         self.file.write(piece)
-        self.crc = zlib.crc32(piece, self.crc)
+        self.crc = crc32(piece, self.crc)
         self.written += len(piece)
 
     def _marshal(self, value) -> None:
@@ -839,7 +849,7 @@ class ChangesWriter:
             self.made = True
             with open(fd, "wb") as f:
                 f.write(self.cache.tag)
-                crc = zlib.crc32(layer, zlib.crc32(length, zlib.crc32(base.changes)))
+                crc = crc32(layer, crc32(length, crc32(base.changes)))
                 f.write(crc.to_bytes(4, "little"))
                 f.write(base.changes)
                 f.write(length)
@@ -922,7 +932,7 @@ class PartsLog:
         if not self.append(b"".join(parts)):
             return [(0, 0)] * len(fields)
         for part in parts:
-            places.append((log | zlib.crc32(part), offset << SPAN_LENGTH_BITS | len(part)))
+            places.append((log | crc32(part), offset << SPAN_LENGTH_BITS | len(part)))
             offset += len(part)
         return places
 

@@ -8,6 +8,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "part_checksum.h"
 #include "python_reference.h"
 #include "record_file_reading.h"
 
@@ -48,11 +49,24 @@ struct Scratch {
 // At most this many class names are kept: a fleet has a few.
 constexpr size_t kClassNamesKept = 16;
 
+using autograd_device_logging_report::Crc32Function;
 using autograd_device_logging_report::files_read_later;
+using autograd_device_logging_report::libdeflate_crc32;
 using autograd_device_logging_report::mtime_ns_of;
 using autograd_device_logging_report::read_record_files;
 using autograd_device_logging_report::RecordFile;
 using autograd_device_logging_report::Ref;
+
+// The CRC-32 of a part: libdeflate's where the machine has it, else zlib's,
+// the same value (Note [The cache's CRC-32 from libdeflate],
+// part_checksum.h).
+uLong crc32_of(const char* data, size_t length) {
+  if (const Crc32Function fast = libdeflate_crc32()) {
+    return fast(0, data, length);
+  }
+  return crc32(
+      crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data), uInt(length));
+}
 
 Scratch& scratch() {
   // Used only with the GIL held (nothing here releases it).
@@ -1036,10 +1050,7 @@ PyObject* keep_records(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       const size_t length = size_t(PyBytes_GET_SIZE(part.p));
       int64_t place = 0, span = 0;
       if (log != 0) {
-        const uLong crc = crc32(
-            crc32(0L, Z_NULL, 0),
-            reinterpret_cast<const Bytef*>(bytes),
-            uInt(length));
+        const uLong crc = crc32_of(bytes, length);
         place = int64_t(log) << 32 | int64_t(crc & 0xFFFFFFFFu);
         span = int64_t(offset + int64_t(parts.size())) << kSpanLengthBits |
             int64_t(length);
@@ -1284,11 +1295,8 @@ PyObject* load_parts(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       filled += size_t(n);
     }
     if (filled != length ||
-        (crc32(
-             crc32(0L, Z_NULL, 0),
-             reinterpret_cast<const Bytef*>(part.data()),
-             uInt(length)) &
-         0xFFFFFFFFu) != uLong(place & 0xFFFFFFFF)) {
+        (crc32_of(part.data(), length) & 0xFFFFFFFFu) !=
+            uLong(place & 0xFFFFFFFF)) {
       whole = false;
       break;
     }

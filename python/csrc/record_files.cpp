@@ -9,6 +9,7 @@
 
 #include "file_index.h"
 #include "job_finishing.h"
+#include "part_checksum.h"
 #include "python_reference.h"
 #include "record_counting.h"
 #include "report_assembly.h"
@@ -182,6 +183,51 @@ PyObject* read_files(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 // Note [A file not in memory is read later], record_file_reading.h.
+// libdeflate_crc32(data, value=0) -> int: zlib.crc32's value, from
+// libdeflate (Note [The cache's CRC-32 from libdeflate]); OSError where the
+// machine has no libdeflate (has_libdeflate).
+PyObject*
+crc32_by_libdeflate(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 2) {
+    PyErr_SetString(PyExc_TypeError, "libdeflate_crc32(data, value=0)");
+    return nullptr;
+  }
+  const autograd_device_logging_report::Crc32Function crc32 =
+      autograd_device_logging_report::libdeflate_crc32();
+  if (crc32 == nullptr) {
+    PyErr_SetString(PyExc_OSError, "libdeflate is not on this machine");
+    return nullptr;
+  }
+  unsigned long value = 0;
+  if (nargs == 2) {
+    value = PyLong_AsUnsignedLongMask(args[1]);
+    if (value == static_cast<unsigned long>(-1) && PyErr_Occurred()) {
+      return nullptr;
+    }
+  }
+  Py_buffer view;
+  if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) != 0) {
+    return nullptr;
+  }
+  uint32_t crc = uint32_t(value);
+  const size_t length = size_t(view.len);
+  // A large buffer (a cache file) without the interpreter's lock.
+  if (length >= (size_t(1) << 16)) {
+    Py_BEGIN_ALLOW_THREADS;
+    crc = crc32(crc, view.buf, length);
+    Py_END_ALLOW_THREADS;
+  } else {
+    crc = crc32(crc, view.buf, length);
+  }
+  PyBuffer_Release(&view);
+  return PyLong_FromUnsignedLong(crc);
+}
+
+PyObject* has_libdeflate(PyObject*, PyObject*) {
+  return PyBool_FromLong(
+      autograd_device_logging_report::libdeflate_crc32() != nullptr);
+}
+
 PyObject* read_later(PyObject*, PyObject*) {
   return PyLong_FromSize_t(files_read_later());
 }
@@ -302,6 +348,18 @@ PyMethodDef kMethods[] = {
      "\n"
      "Counts each record of the plain path into FleetTotals' jobs and\n"
      "parents, and hands every other to add(record); how many it counted."},
+    {"libdeflate_crc32",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(crc32_by_libdeflate)),
+     METH_FASTCALL,
+     "libdeflate_crc32(data, value=0) -> int\n"
+     "\n"
+     "zlib.crc32(data, value), computed by libdeflate; OSError where this\n"
+     "machine has no libdeflate."},
+    {"has_libdeflate",
+     has_libdeflate,
+     METH_NOARGS,
+     "has_libdeflate() -> bool: whether libdeflate_crc32 can compute."},
     {"finish_jobs",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          autograd_device_logging_report::finish_jobs)),
