@@ -67,6 +67,17 @@ def random_record(rng, i):
     return synthetic_record(**fields)
 
 
+def with_rarer_shapes(r, i, newer_event_every):
+    """The i-th random record `r`, some of them of rarer shapes: disabled, with
+    an event of a newer minor version, counting passes."""
+    if i % 17 == 0:
+        r["disabled_reason"] = "no torch"
+    if i % newer_event_every == 0:
+        r["events"] = r["events"] + ["torch.autograd.newer_event"]
+    if i % 29 == 0:
+        r["pass_classes"] = {c: i for c in report.record_fields.CLASSES}
+
+
 class TestReportCache(TestCase):
     def setUp(self):
         super().setUp()
@@ -1865,12 +1876,7 @@ class TestCountsDoNotDependOnWhoReadWhat(TestCase):
         fields_type = report.record_fields.RecordFields
         texts = [random_record(rng, i) for i in range(600)]
         for i, r in enumerate(texts):
-            if i % 17 == 0:
-                r["disabled_reason"] = "no torch"
-            if i % 23 == 0:
-                r["events"] = r["events"] + ["torch.autograd.newer_event"]
-            if i % 29 == 0:
-                r["pass_classes"] = {c: i for c in report.record_fields.CLASSES}
+            with_rarer_shapes(r, i, newer_event_every=23)
             if i % 31 == 0:
                 r["pass_classes"] = dict(
                     {c: 1 for c in report.record_fields.CLASSES}, newer_class=2
@@ -1937,13 +1943,8 @@ class TestCountsDoNotDependOnWhoReadWhat(TestCase):
             if i % 41 == 0:
                 # A release the line escapes: the Python path's.
                 r["torch"] = {"built_for": "2.9.1", "running": "2.11.0+c\u00fc"}
-            if i % 17 == 0:
-                r["disabled_reason"] = "no torch"
-            if i % 113 == 0:
-                # Counts by name: the Python path's.
-                r["events"] = r["events"] + ["torch.autograd.newer_event"]
-            if i % 29 == 0:
-                r["pass_classes"] = {c: i for c in report.record_fields.CLASSES}
+            # A newer event is counted by name: the Python path's.
+            with_rarer_shapes(r, i, newer_event_every=113)
             texts.append(r)
         records = [decode(json.dumps(r).encode()) for r in texts]
         compiled, in_python = totals.FleetTotals(), totals.FleetTotals()
