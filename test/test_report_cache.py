@@ -1975,6 +1975,21 @@ class TestCountsDoNotDependOnWhoReadWhat(TestCase):
                 interval = c["interval"]
                 intervals.add(None if interval is None else interval["meets_level"])
         self.assertEqual(intervals, {None, False, True})
+        # A count that its agents take past 64 bits: the Python path's, with
+        # nothing popped before.
+        for totals_of in (compiled, in_python):
+            job = totals_of.jobs["j-big"]
+            job.ranks["h\x000"] = totals_of.release_names.index("2.9.1") << 2 | 1
+            job.left_out[totals.AGENT_REASON] = 2**63 - 1
+            totals_of.agents["j-big"] = [("h", 1, "2026-12-01T09:00:00Z")]
+        made.clear()
+        with unittest.mock.patch.object(totals, "finish_jobs", finishing):
+            ours = totals.finished_jobs(compiled)
+        with unittest.mock.patch.object(totals, "finish_jobs", None):
+            theirs = totals.finished_jobs(in_python)
+        self.assertEqual(made, [0])
+        self.assertEqual(ours, theirs)
+        self.assertIn('"torchrun agent": 9223372036854775808', ours["j-big"][6])
 
     def test_counts_made_apart_and_handed_over_give_the_same_report(self):
         # Note [Reading a fleet in parallel]: each reading process counts its

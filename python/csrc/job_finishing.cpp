@@ -635,7 +635,8 @@ void append_key(std::string* line, const std::string& key) {
 
 // The job's line: json.JSONEncoder(sort_keys=True).encode of its summary
 // with `joined` torchrun agents left out (fleet_totals._with_agents);
-// false with an exception set.
+// false with an exception set, or with none where a count does not fit in
+// 64 bits (the Python path's then).
 bool line_of(
     const Shape& shape,
     const JobSummary& s,
@@ -1094,6 +1095,22 @@ PyObject* finish_one(
   if (job_summary(n, shape, t, release_names, &s) != 1) {
     return nullptr;
   }
+  // The line, for the job's own agents (kept_job's), before anything is
+  // popped: a count it cannot add in 64 bits leaves the job to Python.
+  if (!PyDict_Check(agents)) {
+    PyErr_SetString(PyExc_TypeError, "parents and agents must be dicts");
+    return nullptr;
+  }
+  PyObject* own_agents = PyDict_GetItemWithError(agents, job);
+  if (own_agents == nullptr && PyErr_Occurred()) {
+    return nullptr;
+  }
+  const Py_ssize_t joined =
+      own_agents == nullptr ? 0 : PyObject_Length(own_agents);
+  std::string text;
+  if (joined < 0 || !line_of(shape, s, joined, &text)) {
+    return nullptr;
+  }
   // Everything read: popped as FleetTotals.results pops.
   if (PyDict_DelItem(jobs, job) != 0) {
     return nullptr;
@@ -1104,14 +1121,6 @@ PyObject* finish_one(
   const Ref filtered_out(
       sorted_agents.p == nullptr ? nullptr : count_popped(filtered, job));
   if (filtered_out.p == nullptr) {
-    return nullptr;
-  }
-  const long long joined = PyTuple_GET_SIZE(sorted_agents.p);
-  std::string text;
-  if (!line_of(shape, s, joined, &text)) {
-    if (!PyErr_Occurred()) {
-      PyErr_SetString(PyExc_OverflowError, "a job's count is too large");
-    }
     return nullptr;
   }
   const Ref summary(summary_dict(n, shape, s));
